@@ -1,0 +1,125 @@
+// Package chatmsg defines the content of chat messages as stored in
+// chat_messages.content and chat_queued_messages.content: a JSON array of
+// typed parts, in the same shape the REST API shows.
+package chatmsg
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// PartType names the kind of a message part.
+type PartType string
+
+// The part types. The values are the wire words of the REST contract.
+const (
+	PartText       PartType = "text"
+	PartReasoning  PartType = "reasoning"
+	PartToolCall   PartType = "tool-call"
+	PartToolResult PartType = "tool-result"
+	PartFile       PartType = "file"
+)
+
+// Part is one typed piece of a message's content. Only the fields of its
+// type are set.
+type Part struct {
+	Type PartType `json:"type"`
+
+	// text, reasoning
+	Text string `json:"text,omitempty"`
+
+	// tool-call, tool-result
+	ToolCallID string          `json:"tool_call_id,omitempty"`
+	ToolName   string          `json:"tool_name,omitempty"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	IsError    bool            `json:"is_error,omitempty"`
+
+	// file
+	FileID    string `json:"file_id,omitempty"`
+	MediaType string `json:"media_type,omitempty"`
+	Name      string `json:"name,omitempty"`
+}
+
+// Text returns a text part.
+func Text(s string) Part { return Part{Type: PartText, Text: s} }
+
+// ToolCall returns a tool-call part; args must be a JSON object.
+func ToolCall(id, name string, args json.RawMessage) Part {
+	return Part{Type: PartToolCall, ToolCallID: id, ToolName: name, Args: args}
+}
+
+// ToolResult returns a tool-result part.
+func ToolResult(id, name string, result json.RawMessage, isError bool) Part {
+	return Part{Type: PartToolResult, ToolCallID: id, ToolName: name, Result: result, IsError: isError}
+}
+
+// Content is a message's list of parts.
+type Content []Part
+
+// Marshal encodes content for storage. A nil list is stored as [].
+func (c Content) Marshal() json.RawMessage {
+	if c == nil {
+		c = Content{}
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		// Part holds only strings, bools and already-valid raw JSON.
+		panic(fmt.Sprintf("marshal message content: %v", err))
+	}
+	return b
+}
+
+// ParseContent decodes stored content.
+func ParseContent(raw []byte) (Content, error) {
+	var c Content
+	if len(raw) == 0 {
+		return c, nil
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("decode message content: %w", err)
+	}
+	return c, nil
+}
+
+// PlainText concatenates the text parts.
+func (c Content) PlainText() string {
+	var b strings.Builder
+	for _, p := range c {
+		if p.Type == PartText {
+			b.WriteString(p.Text)
+		}
+	}
+	return b.String()
+}
+
+// Validate reports the first part that is not well formed.
+func (c Content) Validate() error {
+	for i, p := range c {
+		switch p.Type {
+		case PartText, PartReasoning:
+		case PartToolCall:
+			if p.ToolCallID == "" || p.ToolName == "" {
+				return fmt.Errorf("part %d: a tool-call needs tool_call_id and tool_name", i)
+			}
+			if len(p.Args) > 0 && !json.Valid(p.Args) {
+				return fmt.Errorf("part %d: tool-call args are not valid JSON", i)
+			}
+		case PartToolResult:
+			if p.ToolCallID == "" {
+				return fmt.Errorf("part %d: a tool-result needs tool_call_id", i)
+			}
+			if len(p.Result) > 0 && !json.Valid(p.Result) {
+				return fmt.Errorf("part %d: tool-result result is not valid JSON", i)
+			}
+		case PartFile:
+			if p.FileID == "" {
+				return fmt.Errorf("part %d: a file part needs file_id", i)
+			}
+		default:
+			return fmt.Errorf("part %d: unknown part type %q", i, p.Type)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,254 @@
+package chatstate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/chatd/chatd/pkg/db/queries"
+)
+
+// DefaultRequiresActionTimeout is how long a chat waits in requires_action
+// for dynamic tool results before the worker cancels the calls.
+const DefaultRequiresActionTimeout = 5 * time.Minute
+
+// Config tunes a Machine. The zero value is usable.
+type Config struct {
+	// Now is the clock; tests inject a fixed one. Default time.Now.
+	Now func() time.Time
+	// RequiresActionTimeout sets requires_action_deadline_at. Default 5m.
+	RequiresActionTimeout time.Duration
+	// AfterCommit is called once per committed bundle with the snapshot of
+	// every chat it changed; notifications are published from here, after
+	// commit only. Rejected or failed bundles never call it.
+	AfterCommit func(ctx context.Context, snapshots []Snapshot)
+}
+
+// Machine applies transition bundles to chats in Postgres.
+type Machine struct {
+	pool *pgxpool.Pool
+	cfg  Config
+}
+
+// New returns a Machine over pool.
+func New(pool *pgxpool.Pool, cfg Config) *Machine {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.RequiresActionTimeout <= 0 {
+		cfg.RequiresActionTimeout = DefaultRequiresActionTimeout
+	}
+	return &Machine{pool: pool, cfg: cfg}
+}
+
+// Snapshot is a chat's committed execution state.
+type Snapshot struct {
+	Chat     queries.Chat
+	QueueLen int64
+}
+
+// State classifies the snapshot.
+func (s Snapshot) State() State {
+	return Classify(true, s.Chat.Status, s.Chat.Archived, s.QueueLen)
+}
+
+// Ownership classifies the snapshot's owner.
+func (s Snapshot) Ownership() Ownership { return ClassifyOwnership(s.Chat.WorkerID != nil) }
+
+// Applied records one transition applied inside a bundle.
+type Applied struct {
+	Transition Transition
+	From, To   State
+	Variant    string
+}
+
+// Result is what a committed bundle reports.
+type Result struct {
+	Snapshot
+	Applied []Applied
+}
+
+// Update runs fn as one transition bundle on chat id: one transaction that
+// locks the chat row and advances snapshot_version exactly once before fn
+// mutates anything, then commits. If fn returns an error, nothing changes.
+func (m *Machine) Update(ctx context.Context, id uuid.UUID, fn func(*Tx) error) (Result, error) {
+	var res Result
+	err := m.inTx(ctx, func(ptx pgx.Tx) error {
+		tx, err := m.lock(ctx, ptx, id)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		res = Result{Snapshot: tx.snapshot(), Applied: tx.applied}
+		return nil
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	m.afterCommit(ctx, res.Snapshot)
+	return res, nil
+}
+
+// Get reads a chat's current snapshot without locking it.
+func (m *Machine) Get(ctx context.Context, id uuid.UUID) (Snapshot, error) {
+	row, err := queries.New(m.pool).ChatGetWithQueueLen(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Snapshot{}, fmt.Errorf("get chat %s: %w", id, ErrChatNotFound)
+	}
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("get chat %s: %w", id, err)
+	}
+	return Snapshot{Chat: row.Chat, QueueLen: row.QueueLen}, nil
+}
+
+func (m *Machine) afterCommit(ctx context.Context, snaps ...Snapshot) {
+	if m.cfg.AfterCommit != nil && len(snaps) > 0 {
+		m.cfg.AfterCommit(ctx, snaps)
+	}
+}
+
+func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	ptx, err := m.pool.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("begin transition bundle: %w", err)
+	}
+	if err := fn(ptx); err != nil {
+		if rbErr := ptx.Rollback(ctx); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+			return errors.Join(err, fmt.Errorf("roll back transition bundle: %w", rbErr))
+		}
+		return err
+	}
+	if err := ptx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit transition bundle: %w", err)
+	}
+	return nil
+}
+
+// lock opens a bundle on one chat: the row lock and the snapshot bump.
+func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID) (*Tx, error) {
+	q := queries.New(ptx)
+	row, err := q.ChatLockAndBump(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("lock chat %s: %w", id, ErrChatNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lock chat %s: %w", id, err)
+	}
+	return &Tx{m: m, q: q, chat: row.Chat, queueLen: row.QueueLen, now: m.cfg.Now()}, nil
+}
+
+// Tx is an open transition bundle on one locked chat. Its methods are the
+// transitions; each checks its input state against the table, mutates, and
+// checks where it landed.
+type Tx struct {
+	m        *Machine
+	q        *queries.Queries
+	chat     queries.Chat
+	queueLen int64
+	now      time.Time
+	applied  []Applied
+}
+
+// Chat is the locked chat row as of the last applied transition.
+func (tx *Tx) Chat() queries.Chat { return tx.chat }
+
+// QueueLen is the number of queued messages as of the last transition.
+func (tx *Tx) QueueLen() int64 { return tx.queueLen }
+
+// State is the chat's execution state as of the last transition.
+func (tx *Tx) State() State { return tx.snapshot().State() }
+
+// Now is the bundle's clock reading, shared by all its transitions.
+func (tx *Tx) Now() time.Time { return tx.now }
+
+func (tx *Tx) snapshot() Snapshot { return Snapshot{Chat: tx.chat, QueueLen: tx.queueLen} }
+
+// ActiveMessages lists the chat's non-deleted messages, oldest first, read
+// inside the bundle.
+func (tx *Tx) ActiveMessages(ctx context.Context) ([]queries.ChatMessage, error) {
+	msgs, err := tx.q.ChatMessageListActive(ctx, tx.chat.ID)
+	if err != nil {
+		return nil, fmt.Errorf("list messages of chat %s: %w", tx.chat.ID, err)
+	}
+	return msgs, nil
+}
+
+// QueuedMessages lists the chat's queue, head first, read inside the bundle.
+func (tx *Tx) QueuedMessages(ctx context.Context) ([]queries.ChatQueuedMessage, error) {
+	qs, err := tx.q.ChatQueuedMessageList(ctx, tx.chat.ID)
+	if err != nil {
+		return nil, fmt.Errorf("list queue of chat %s: %w", tx.chat.ID, err)
+	}
+	return qs, nil
+}
+
+// Fence is what a worker goroutine expects the chat to still be.
+type Fence struct {
+	HistoryVersion int64
+	Status         Status
+	RunnerID       uuid.UUID
+}
+
+// CheckFence returns ErrFenced unless the locked chat still matches f.
+func (tx *Tx) CheckFence(f Fence) error {
+	c := tx.chat
+	if c.HistoryVersion != f.HistoryVersion || c.Status != f.Status || c.RunnerID == nil || *c.RunnerID != f.RunnerID {
+		return fmt.Errorf("chat %s at history %d, status %s: %w", c.ID, c.HistoryVersion, c.Status, ErrFenced)
+	}
+	return nil
+}
+
+// begin checks that t is allowed from the current state and returns it.
+func (tx *Tx) begin(t Transition) (State, error) {
+	from := tx.State()
+	if ownershipTransition(t) {
+		o := tx.snapshot().Ownership()
+		if !AllowedOwnership(o, t) {
+			return from, &TransitionError{Transition: t, State: from, Ownership: o, Detail: ownershipDetail(o)}
+		}
+		return from, nil
+	}
+	if !Allowed(from, t) {
+		return from, &TransitionError{Transition: t, State: from, Ownership: tx.snapshot().Ownership()}
+	}
+	return from, nil
+}
+
+func ownershipDetail(o Ownership) string {
+	if o == Unowned {
+		return "no worker owns the chat"
+	}
+	return "a worker owns the chat"
+}
+
+// land re-reads the chat and its queue length and checks that t, applied
+// from `from` in `variant`, landed where the table says.
+func (tx *Tx) land(ctx context.Context, t Transition, from State, variant string) error {
+	row, err := tx.q.ChatGetWithQueueLen(ctx, tx.chat.ID)
+	if err != nil {
+		return fmt.Errorf("%s: re-read chat %s: %w", t, tx.chat.ID, err)
+	}
+	tx.chat, tx.queueLen = row.Chat, row.QueueLen
+	to := tx.State()
+	if ownershipTransition(t) {
+		// Ownership transitions never move the execution state.
+		if to != from {
+			return fmt.Errorf("%s moved execution state %s to %s: %w", t, from, to, ErrLandingMismatch)
+		}
+		tx.applied = append(tx.applied, Applied{Transition: t, From: from, To: to, Variant: variant})
+		return nil
+	}
+	want, ok := Landing(from, t, variant)
+	if !ok || want != to {
+		return fmt.Errorf("%s from %s (%q) landed in %s, table says %q: %w", t, from, variant, to, want, ErrLandingMismatch)
+	}
+	tx.applied = append(tx.applied, Applied{Transition: t, From: from, To: to, Variant: variant})
+	return nil
+}

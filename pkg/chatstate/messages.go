@@ -1,0 +1,213 @@
+package chatstate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/db/queries"
+)
+
+// Message roles and visibilities, re-exported for callers building messages.
+const (
+	RoleSystem    = queries.ChatMessageRoleSystem
+	RoleUser      = queries.ChatMessageRoleUser
+	RoleAssistant = queries.ChatMessageRoleAssistant
+	RoleTool      = queries.ChatMessageRoleTool
+
+	VisibleToBoth  = queries.ChatMessageVisibilityBoth
+	VisibleToModel = queries.ChatMessageVisibilityModel
+	VisibleToUser  = queries.ChatMessageVisibilityUser
+)
+
+// NewMessage is a message a transition inserts into history.
+type NewMessage struct {
+	Role    queries.ChatMessageRole
+	Content chatmsg.Content
+	// Visibility defaults to both.
+	Visibility queries.ChatMessageVisibility
+	// Compressed marks the rows of a compaction or clear boundary.
+	Compressed      bool
+	ModelConfigID   *uuid.UUID
+	ReasoningEffort *string
+	Usage           json.RawMessage
+	CreatedBy       *uuid.UUID
+}
+
+// UserMessage is a plain user message with the given content.
+func UserMessage(content chatmsg.Content) NewMessage {
+	return NewMessage{Role: RoleUser, Content: content}
+}
+
+func (m NewMessage) validate() error {
+	if !m.Role.Valid() {
+		return fmt.Errorf("message role %q: %w", m.Role, ErrInvalidArgument)
+	}
+	if m.Visibility != "" && !m.Visibility.Valid() {
+		return fmt.Errorf("message visibility %q: %w", m.Visibility, ErrInvalidArgument)
+	}
+	if err := m.Content.Validate(); err != nil {
+		return fmt.Errorf("message content: %v: %w", err, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Reasons written into synthetic cancellation tool results.
+const (
+	ReasonNewUserMessage        = "the user sent a new message before the tool call finished"
+	ReasonInterrupted           = "the user interrupted the chat"
+	ReasonRequiresActionTimeout = "no tool result arrived before the requires_action deadline"
+	ReasonInvalidState          = "the chat was reconciled from an invalid state"
+	ReasonPromoted              = "the user promoted a queued message"
+)
+
+func (tx *Tx) insertMessage(ctx context.Context, m NewMessage, queuedID *int64) (queries.ChatMessage, error) {
+	if err := m.validate(); err != nil {
+		return queries.ChatMessage{}, err
+	}
+	vis := m.Visibility
+	if vis == "" {
+		vis = VisibleToBoth
+	}
+	row, err := tx.q.ChatMessageInsert(ctx, queries.ChatMessageInsertParams{
+		ChatID:          tx.chat.ID,
+		Role:            m.Role,
+		Content:         m.Content.Marshal(),
+		Visibility:      vis,
+		Compressed:      m.Compressed,
+		QueuedMessageID: queuedID,
+		ModelConfigID:   m.ModelConfigID,
+		ReasoningEffort: m.ReasoningEffort,
+		Usage:           m.Usage,
+		CreatedBy:       m.CreatedBy,
+		CreatedAt:       tx.now,
+	})
+	if err != nil {
+		return queries.ChatMessage{}, fmt.Errorf("insert %s message into chat %s: %w", m.Role, tx.chat.ID, err)
+	}
+	return row, nil
+}
+
+func (tx *Tx) insertMessages(ctx context.Context, ms []NewMessage) ([]queries.ChatMessage, error) {
+	out := make([]queries.ChatMessage, 0, len(ms))
+	for _, m := range ms {
+		row, err := tx.insertMessage(ctx, m, nil)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+	return out, nil
+}
+
+// OpenToolCall is a tool call in active history that has no result yet.
+type OpenToolCall struct {
+	MessageID  int64
+	ToolCallID string
+	ToolName   string
+}
+
+// OpenToolCalls lists the tool calls in active history with no result.
+func (tx *Tx) OpenToolCalls(ctx context.Context) ([]OpenToolCall, error) {
+	rows, err := tx.q.ChatMessageOpenToolCalls(ctx, tx.chat.ID)
+	if err != nil {
+		return nil, fmt.Errorf("find open tool calls in chat %s: %w", tx.chat.ID, err)
+	}
+	out := make([]OpenToolCall, len(rows))
+	for i, r := range rows {
+		out[i] = OpenToolCall{MessageID: r.MessageID, ToolCallID: r.ToolCallID, ToolName: r.ToolName}
+	}
+	return out, nil
+}
+
+// closeOpenToolCalls answers every open tool call with a synthetic
+// cancellation result, all in one tool message, so history never carries a
+// call without a result past a user message or out of requires_action.
+func (tx *Tx) closeOpenToolCalls(ctx context.Context, reason string) ([]queries.ChatMessage, error) {
+	open, err := tx.OpenToolCalls(ctx)
+	if err != nil || len(open) == 0 {
+		return nil, err
+	}
+	result, _ := json.Marshal(map[string]string{"error": "tool call canceled: " + reason})
+	content := make(chatmsg.Content, len(open))
+	for i, c := range open {
+		content[i] = chatmsg.ToolResult(c.ToolCallID, c.ToolName, result, true)
+	}
+	row, err := tx.insertMessage(ctx, NewMessage{Role: RoleTool, Content: content}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return []queries.ChatMessage{row}, nil
+}
+
+// insertUserTurn inserts a user message into active history, answering open
+// tool calls first.
+func (tx *Tx) insertUserTurn(ctx context.Context, m NewMessage, queuedID *int64, reason string) ([]queries.ChatMessage, queries.ChatMessage, error) {
+	closed, err := tx.closeOpenToolCalls(ctx, reason)
+	if err != nil {
+		return nil, queries.ChatMessage{}, err
+	}
+	row, err := tx.insertMessage(ctx, m, queuedID)
+	return closed, row, err
+}
+
+// promote moves queued message q into history as a user turn. The queue row
+// must delete exactly one row; the history row carries its ID.
+func (tx *Tx) promote(ctx context.Context, q queries.ChatQueuedMessage, reason string) (queries.ChatMessage, error) {
+	n, err := tx.q.ChatQueuedMessageDelete(ctx, queries.ChatQueuedMessageDeleteParams{ChatID: tx.chat.ID, ID: q.ID})
+	if err != nil {
+		return queries.ChatMessage{}, fmt.Errorf("delete queued message %d of chat %s: %w", q.ID, tx.chat.ID, err)
+	}
+	if n != 1 {
+		return queries.ChatMessage{}, fmt.Errorf("promote queued message %d of chat %s: deleted %d rows, want 1: %w", q.ID, tx.chat.ID, n, ErrQueuedMessageNotFound)
+	}
+	content, err := chatmsg.ParseContent(q.Content)
+	if err != nil {
+		return queries.ChatMessage{}, fmt.Errorf("promote queued message %d: %w", q.ID, err)
+	}
+	_, row, err := tx.insertUserTurn(ctx, NewMessage{
+		Role: RoleUser, Content: content, ModelConfigID: q.ModelConfigID,
+		ReasoningEffort: q.ReasoningEffort, CreatedBy: q.CreatedBy,
+	}, &q.ID, reason)
+	return row, err
+}
+
+// promoteHead promotes the queue head.
+func (tx *Tx) promoteHead(ctx context.Context, reason string) (queries.ChatMessage, error) {
+	head, err := tx.q.ChatQueuedMessageHead(ctx, tx.chat.ID)
+	if err != nil {
+		return queries.ChatMessage{}, fmt.Errorf("read queue head of chat %s: %w", tx.chat.ID, err)
+	}
+	return tx.promote(ctx, head, reason)
+}
+
+func (tx *Tx) getQueued(ctx context.Context, id int64) (queries.ChatQueuedMessage, error) {
+	q, err := tx.q.ChatQueuedMessageGet(ctx, queries.ChatQueuedMessageGetParams{ChatID: tx.chat.ID, ID: id})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return q, fmt.Errorf("queued message %d in chat %s: %w", id, tx.chat.ID, ErrQueuedMessageNotFound)
+	}
+	if err != nil {
+		return q, fmt.Errorf("read queued message %d of chat %s: %w", id, tx.chat.ID, err)
+	}
+	return q, nil
+}
+
+// enqueue appends a message at the queue's tail.
+func (tx *Tx) enqueue(ctx context.Context, m NewMessage) (queries.ChatQueuedMessage, error) {
+	if err := m.validate(); err != nil {
+		return queries.ChatQueuedMessage{}, err
+	}
+	q, err := tx.q.ChatQueuedMessageInsert(ctx, queries.ChatQueuedMessageInsertParams{
+		ChatID: tx.chat.ID, Content: m.Content.Marshal(), ModelConfigID: m.ModelConfigID,
+		ReasoningEffort: m.ReasoningEffort, CreatedBy: m.CreatedBy, CreatedAt: tx.now,
+	})
+	if err != nil {
+		return q, fmt.Errorf("queue message in chat %s: %w", tx.chat.ID, err)
+	}
+	return q, nil
+}

@@ -1,0 +1,175 @@
+// Package dbtest gives each test its own real Postgres database, cloned from
+// a template that already has every migration applied. Databases are
+// independent, so tests using them can run with t.Parallel().
+package dbtest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/chatd/chatd/pkg/db/migrate"
+	"github.com/chatd/chatd/pkg/db/migrations"
+)
+
+var (
+	templateOnce sync.Once
+	templateName string
+	templateErr  error
+	dbCounter    atomic.Int64
+)
+
+// Main runs a package's tests and stops a throwaway cluster if one was
+// started. Use it from TestMain: func TestMain(m *testing.M) { dbtest.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	Stop()
+	os.Exit(code)
+}
+
+// NewDatabase creates a fresh, migrated database for t and returns its URL.
+// The database is dropped when the test ends.
+func NewDatabase(t testing.TB) string {
+	t.Helper()
+	admin, err := ServerURL()
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	tmpl, err := template(admin)
+	if err != nil {
+		t.Fatalf("dbtest: prepare template database: %v", err)
+	}
+	name := fmt.Sprintf("chatd_test_%d_%d", os.Getpid(), dbCounter.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := adminExec(ctx, admin, fmt.Sprintf("CREATE DATABASE %s TEMPLATE %s", name, tmpl)); err != nil {
+		t.Fatalf("dbtest: create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := adminExec(ctx, admin, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name)); err != nil {
+			t.Errorf("dbtest: drop database %s: %v", name, err)
+		}
+	})
+	u, err := withDatabase(admin, name)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
+	return u
+}
+
+// NewPool creates a fresh, migrated database for t and returns a pool on it,
+// closed when the test ends.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	u := NewDatabase(t)
+	cfg, err := pgxpool.ParseConfig(u)
+	if err != nil {
+		t.Fatalf("dbtest: parse %s: %v", u, err)
+	}
+	cfg.MaxConns = 32
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("dbtest: connect: %v", err)
+	}
+	t.Cleanup(pool.Close) // runs before the database drop (cleanups are LIFO)
+	return pool
+}
+
+// template returns the name of a database with every migration applied. Its
+// name carries a hash of the migrations, so a schema change gets a new
+// template and concurrent test processes share an unchanged one.
+func template(admin string) (string, error) {
+	templateOnce.Do(func() {
+		templateName, templateErr = ensureTemplate(admin)
+	})
+	return templateName, templateErr
+}
+
+func ensureTemplate(admin string) (string, error) {
+	sum, err := migrationsHash()
+	if err != nil {
+		return "", err
+	}
+	name := "chatd_template_" + sum[:16]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	// Serialize template creation across concurrent test processes.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtext('chatd_dbtest_template'))"); err != nil {
+		return "", err
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock(hashtext('chatd_dbtest_template'))") //nolint:errcheck
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return "", err
+	}
+	if exists {
+		return name, nil
+	}
+	// Build under a temporary name and rename, so a crash never leaves a
+	// half-migrated template behind under the real name.
+	building := name + "_building"
+	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", building)); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s", building)); err != nil {
+		return "", err
+	}
+	u, err := withDatabase(admin, building)
+	if err != nil {
+		return "", err
+	}
+	if err := migrate.Up(ctx, u); err != nil {
+		return "", err
+	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", building, name)); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func migrationsHash() (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(migrations.FS, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(migrations.FS, path)
+		if err != nil {
+			return err
+		}
+		h.Write([]byte(path))
+		h.Write(b)
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func adminExec(ctx context.Context, admin, sql string) error {
+	conn, err := pgx.Connect(ctx, admin)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	return err
+}

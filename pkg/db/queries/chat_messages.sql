@@ -1,0 +1,52 @@
+-- name: ChatMessageInsert :one
+INSERT INTO chat_messages (
+    chat_id, role, content, visibility, compressed, queued_message_id,
+    model_config_id, reasoning_effort, usage, created_by, created_at
+) VALUES (
+    @chat_id, @role, @content, @visibility, @compressed, @queued_message_id,
+    @model_config_id, @reasoning_effort, @usage, @created_by, @created_at
+)
+RETURNING *;
+
+-- name: ChatMessageGet :one
+SELECT * FROM chat_messages WHERE chat_id = @chat_id AND id = @id;
+
+-- name: ChatMessageListActive :many
+SELECT * FROM chat_messages WHERE chat_id = @chat_id AND NOT deleted ORDER BY id;
+
+-- name: ChatMessageListAll :many
+SELECT * FROM chat_messages WHERE chat_id = @chat_id ORDER BY id;
+
+-- name: ChatMessageSoftDeleteFrom :execrows
+-- EditMessage truncates the active history at the edited message.
+UPDATE chat_messages SET deleted = true
+WHERE chat_id = @chat_id AND id >= @from_id AND NOT deleted;
+
+-- name: ChatMessageOpenToolCalls :many
+-- Tool calls in active history with no tool result yet. Every transition
+-- that inserts a user message answers open calls first, so none can precede
+-- the latest active user message; scanning only after it keeps this cheap.
+WITH tail AS (
+    SELECT m.id, m.role, m.content
+    FROM chat_messages m
+    WHERE m.chat_id = @chat_id
+      AND NOT m.deleted
+      AND m.id > COALESCE((
+          SELECT max(u.id) FROM chat_messages u
+          WHERE u.chat_id = @chat_id AND NOT u.deleted AND u.role = 'user'
+      ), 0)
+),
+calls AS (
+    SELECT t.id AS message_id, p.ord, p.part->>'tool_call_id' AS tool_call_id, p.part->>'tool_name' AS tool_name
+    FROM tail t, jsonb_array_elements(t.content) WITH ORDINALITY AS p(part, ord)
+    WHERE t.role = 'assistant' AND p.part->>'type' = 'tool-call'
+),
+results AS (
+    SELECT r.part->>'tool_call_id' AS tool_call_id
+    FROM tail t, jsonb_array_elements(t.content) AS r(part)
+    WHERE t.role = 'tool' AND r.part->>'type' = 'tool-result'
+)
+SELECT calls.message_id, calls.tool_call_id::text AS tool_call_id, calls.tool_name::text AS tool_name
+FROM calls
+WHERE NOT EXISTS (SELECT 1 FROM results WHERE results.tool_call_id = calls.tool_call_id)
+ORDER BY calls.message_id, calls.ord;

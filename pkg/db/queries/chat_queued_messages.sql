@@ -1,0 +1,30 @@
+-- name: ChatQueuedMessageInsert :one
+-- Appends at the tail.
+INSERT INTO chat_queued_messages (chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at)
+VALUES (
+    @chat_id, @content, @model_config_id, @reasoning_effort,
+    COALESCE((SELECT max(q.position) FROM chat_queued_messages q WHERE q.chat_id = @chat_id), 0) + 1,
+    @created_by, @created_at
+)
+RETURNING *;
+
+-- name: ChatQueuedMessageList :many
+SELECT * FROM chat_queued_messages WHERE chat_id = @chat_id ORDER BY position, id;
+
+-- name: ChatQueuedMessageHead :one
+SELECT * FROM chat_queued_messages WHERE chat_id = @chat_id ORDER BY position, id LIMIT 1;
+
+-- name: ChatQueuedMessageGet :one
+SELECT * FROM chat_queued_messages WHERE chat_id = @chat_id AND id = @id;
+
+-- name: ChatQueuedMessageDelete :execrows
+DELETE FROM chat_queued_messages WHERE chat_id = @chat_id AND id = @id;
+
+-- name: ChatQueuedMessageDeleteAll :execrows
+DELETE FROM chat_queued_messages WHERE chat_id = @chat_id;
+
+-- name: ChatQueuedMessageMoveToHead :execrows
+-- Reorders one queued message in front of every other.
+UPDATE chat_queued_messages
+SET position = (SELECT min(q.position) FROM chat_queued_messages q WHERE q.chat_id = @chat_id) - 1
+WHERE chat_queued_messages.chat_id = @chat_id AND chat_queued_messages.id = @id;

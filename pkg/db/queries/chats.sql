@@ -1,0 +1,106 @@
+-- name: ChatInsert :one
+-- Create's row: snapshot_version starts at 1 (the creating snapshot); the
+-- initial messages' insert trigger then sets history_version to 1.
+INSERT INTO chats (
+    id, organization_id, owner_id, parent_chat_id, root_chat_id,
+    title, title_source, title_updated_at, system_prompt, dynamic_tools,
+    last_model_config_id, last_reasoning_effort,
+    status, snapshot_version, created_at, updated_at
+) VALUES (
+    @id, @organization_id, @owner_id, @parent_chat_id, @root_chat_id,
+    @title, @title_source, @now, @system_prompt, @dynamic_tools,
+    @last_model_config_id, @last_reasoning_effort,
+    @status, 1, @now, @now
+)
+RETURNING *;
+
+-- name: ChatLockShare :one
+-- Child creation takes a shared lock on the family root, so it serializes
+-- with a family archive (which locks the root for update first).
+SELECT archived FROM chats WHERE id = @id FOR SHARE;
+
+-- name: ChatLockAndBump :one
+-- Opens every transition bundle: the UPDATE locks the row and advances
+-- snapshot_version exactly once, before anything else is mutated. The queue
+-- length rides along so the state can be classified without another trip.
+UPDATE chats
+SET snapshot_version = snapshot_version + 1
+WHERE chats.id = @id
+RETURNING sqlc.embed(chats),
+    (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id)::bigint AS queue_len;
+
+-- name: ChatGetWithQueueLen :one
+SELECT sqlc.embed(chats),
+    (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id)::bigint AS queue_len
+FROM chats
+WHERE chats.id = @id;
+
+-- name: ChatGet :one
+SELECT * FROM chats WHERE id = @id;
+
+-- name: ChatSetExecution :one
+-- Writes the execution-state fields a transition computed. retry_state is
+-- dropped whenever the status is not running (a pending retry belongs to the
+-- running turn); the trigger then bumps retry_state_version.
+UPDATE chats
+SET status = @status,
+    last_error = @last_error,
+    retry_state = CASE WHEN @status::chat_status = 'running' THEN retry_state ELSE NULL END,
+    requires_action_deadline_at = @requires_action_deadline_at,
+    compaction_requested_at = @compaction_requested_at,
+    last_model_config_id = COALESCE(sqlc.narg(model_config_id), last_model_config_id),
+    last_reasoning_effort = COALESCE(sqlc.narg(reasoning_effort), last_reasoning_effort),
+    updated_at = @now
+WHERE id = @id
+RETURNING *;
+
+-- name: ChatSetArchived :one
+UPDATE chats SET archived = @archived, updated_at = @now WHERE id = @id RETURNING *;
+
+-- name: ChatSetOwner :one
+UPDATE chats SET worker_id = @worker_id, runner_id = @runner_id WHERE id = @id RETURNING *;
+
+-- name: ChatIncrementGenerationAttempt :one
+UPDATE chats SET generation_attempt = generation_attempt + 1 WHERE id = @id RETURNING *;
+
+-- name: ChatSetRetryState :one
+UPDATE chats SET retry_state = @retry_state WHERE id = @id RETURNING *;
+
+-- name: ChatRequestCompaction :one
+-- RequestCompaction inserts no message, so it does by hand what a history
+-- change does through the trigger: history_version follows the snapshot and
+-- generation_attempt restarts (the retry trigger clears retry_state).
+UPDATE chats
+SET status = 'running',
+    last_error = NULL,
+    compaction_requested_at = @now,
+    requires_action_deadline_at = NULL,
+    history_version = snapshot_version,
+    generation_attempt = 0,
+    updated_at = @now
+WHERE id = @id
+RETURNING *;
+
+-- name: ChatReconcileInvalid :one
+UPDATE chats
+SET archived = false,
+    status = 'error',
+    last_error = @last_error,
+    retry_state = NULL,
+    requires_action_deadline_at = NULL,
+    compaction_requested_at = NULL,
+    updated_at = @now
+WHERE id = @id
+RETURNING *;
+
+-- name: ChatListFamilyForUpdate :many
+-- The chat and every descendant, locked in a stable order after the root.
+WITH RECURSIVE family AS (
+    SELECT c.id, 0 AS depth FROM chats c WHERE c.id = @id
+    UNION ALL
+    SELECT c.id, f.depth + 1 FROM chats c JOIN family f ON c.parent_chat_id = f.id
+)
+SELECT family.id FROM family ORDER BY family.depth, family.id;
+
+-- name: ChatLockForUpdate :one
+SELECT * FROM chats WHERE id = @id FOR UPDATE;
