@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/chatd/chatd/pkg/db/queries"
 )
@@ -108,6 +109,15 @@ func (m *Machine) Create(ctx context.Context, p CreateParams) (CreateResult, err
 		res.Result = Result{Snapshot: tx.snapshot(), Applied: tx.applied}
 		return nil
 	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "chats_pkey" {
+		// The chat exists: Create is only allowed from N.
+		existing, getErr := m.Get(ctx, p.ID)
+		if getErr != nil {
+			return CreateResult{}, errors.Join(err, getErr)
+		}
+		return CreateResult{}, &TransitionError{Transition: Create, State: existing.State(), Ownership: existing.Ownership()}
+	}
 	if err != nil {
 		return CreateResult{}, err
 	}

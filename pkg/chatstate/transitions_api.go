@@ -144,7 +144,7 @@ func (tx *Tx) EditMessage(ctx context.Context, id int64, replacement NewMessage,
 		return nil, err
 	}
 	target, err := tx.q.ChatMessageGet(ctx, queries.ChatMessageGetParams{ChatID: tx.chat.ID, ID: id})
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (target.Deleted || target.Role != RoleUser)) {
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (target.Deleted || target.Role != RoleUser || target.Visibility == VisibleToModel)) {
 		return nil, fmt.Errorf("edit message %d in chat %s: not an active user message: %w", id, tx.chat.ID, ErrMessageNotFound)
 	}
 	if err != nil {

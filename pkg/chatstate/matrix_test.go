@@ -1,0 +1,107 @@
+package chatstate_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+)
+
+// defaultOp is the op the matrix applies for transition t: well-formed
+// arguments that target the head of the queue (or the tail, for promotion,
+// so reordering is exercised) and the first user message.
+func defaultOp(t chatstate.Transition, queued int) op {
+	o := op{t: t, editIdx: 0, queueIdx: 0, withUser: true, partial: true, retryAttempt: 1}
+	switch t {
+	case chatstate.PromoteQueuedMessage:
+		o.queueIdx = queued - 1
+	case chatstate.CommitStep:
+		o.step = []refMsg{{role: chatstate.RoleAssistant, visibility: chatstate.VisibleToBoth}}
+	}
+	return o
+}
+
+// prepare readies a chat for transitions that need prior work: entering
+// requires_action needs a committed dynamic tool call.
+func (h *harness) prepare(id uuid.UUID, s chatstate.State, t chatstate.Transition) {
+	if t == chatstate.EnterRequiresAction && (s == chatstate.R0 || s == chatstate.R1) {
+		h.do(id, func(tx *chatstate.Tx) error {
+			_, err := tx.CommitStep(h.ctx, dynamicCallStep("call-9"))
+			return err
+		})
+	}
+}
+
+// TestTransitionMatrix applies every transition in every state (13 valid
+// states and the invalid class; owned and unowned; queue lengths 1 and 2
+// where there is a queue). Allowed pairs must land where the table says,
+// with every version field, ownership, last_error, queue and history as the
+// reference model computes. Every other pair must be rejected with a typed
+// error, no change to any row, and no notification.
+func TestTransitionMatrix(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	states := append(append([]chatstate.State{}, chatstate.States...), chatstate.Invalid)
+	cells, allowed := 0, 0
+	for _, s := range states {
+		queueLens := []int{0}
+		switch s {
+		case chatstate.E1, chatstate.R1, chatstate.I1, chatstate.A1, chatstate.XE1:
+			queueLens = []int{1, 2}
+		}
+		for _, owned := range []bool{false, true} {
+			if s == chatstate.N && owned {
+				continue
+			}
+			for _, queued := range queueLens {
+				for _, tr := range chatstate.Transitions {
+					name := fmt.Sprintf("%s/owned=%t/queued=%d/%s", s, owned, queued, tr)
+					cells++
+					if runCell(t, h, name, s, owned, queued, tr) {
+						allowed++
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d cells, %d allowed", cells, allowed)
+	require.Greater(t, allowed, 100)
+}
+
+func runCell(t *testing.T, h *harness, name string, s chatstate.State, owned bool, queued int, tr chatstate.Transition) (ok bool) {
+	t.Helper()
+	id := h.reach(s, queued, owned)
+	h.prepare(id, s, tr)
+	before := h.loadModel(id)
+	o := defaultOp(tr, queued)
+	want := before.predict(o)
+	commitsBefore := h.commits.count()
+
+	newQueuedID, err := h.applyDB(id, o)
+	after := h.loadModel(id)
+	if want != nil {
+		require.Error(t, err, name)
+		require.ErrorIs(t, err, want, name)
+		if errors.Is(want, chatstate.ErrNotAllowed) {
+			var te *chatstate.TransitionError
+			require.ErrorAs(t, err, &te, name)
+			require.Contains(t, te.Error(), string(before.state()), name)
+		}
+		require.Equal(t, before.norm(), after.norm(), "%s: a rejected transition changed the chat", name)
+		require.Equal(t, commitsBefore, h.commits.count(), "%s: a rejected transition notified", name)
+		return false
+	}
+	require.NoError(t, err, name)
+	expect := before
+	expect.apply(o, newQueuedID)
+	require.Equal(t, expect.norm(), after.norm(), "%s: Postgres and the reference model disagree", name)
+	require.Equal(t, commitsBefore+1, h.commits.count(), "%s: one notification per bundle", name)
+	if tr != chatstate.Create {
+		require.Equal(t, before.snapshot+1, after.snapshot, "%s: snapshot_version advances once", name)
+	}
+	return true
+}
