@@ -2,7 +2,7 @@ package dbtest
 
 import (
 	"context"
-		"fmt"
+	"fmt"
 	"net"
 	"net/url"
 	"os"
@@ -10,7 +10,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-		"sync"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"

@@ -1,0 +1,212 @@
+// Package service is the runtime every chatd service binary shares: settings
+// from CHATD_* environment variables and flags (Vars, Common), and Run, which
+// serves a service's gRPC API with the standard health service (and an
+// optional HTTP listener) until its context ends, then stops gracefully.
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// HealthName is the gRPC health service name that reports on the service
+// called name as a whole: "api" → "chatd.v1.api".
+func HealthName(name string) string { return "chatd.v1." + name }
+
+// HealthzPath is the HTTP health path served on the HTTP listener: it
+// answers 200 while the listener accepts connections, which it stops doing
+// as soon as shutdown begins.
+const HealthzPath = "/healthz"
+
+// Options configure Run.
+type Options struct {
+	// Name is the service's short name ("api", "worker", ...).
+	Name string
+	// GRPCAddr is the gRPC listen address; ignored when GRPCListener is set.
+	GRPCAddr string
+	// GRPCListener, when set, is served instead of listening on GRPCAddr.
+	// Run closes it.
+	GRPCListener net.Listener
+	// HTTPAddr is the HTTP listen address; "" (and no HTTPListener) means
+	// the service has no HTTP listener.
+	HTTPAddr string
+	// HTTPListener, when set, is served instead of listening on HTTPAddr.
+	// Run closes it.
+	HTTPListener net.Listener
+	// ShutdownTimeout bounds the graceful stop; DefaultShutdownTimeout when
+	// zero. Past it, remaining gRPC calls and HTTP connections are closed.
+	ShutdownTimeout time.Duration
+	// Logger receives Run's logs; slog.Default() when nil.
+	Logger *slog.Logger
+	// Register adds the service's handlers before anything is served. mux
+	// is nil when the service has no HTTP listener. Every gRPC service it
+	// registers is reported SERVING by the health service too.
+	Register func(s *grpc.Server, mux *http.ServeMux) error
+}
+
+// Run serves the service until ctx ends (Main cancels it on SIGTERM or
+// SIGINT) and then shuts down: the health service turns NOT_SERVING, the
+// listeners close, open calls and requests get ShutdownTimeout to finish
+// before they are cut, and Run returns nil.
+// It returns an error when a listener cannot open, Register fails, or a
+// server stops on its own.
+//
+// The health service reports SERVING for "" (the whole server), for
+// HealthName(Name), and for every gRPC service Register added.
+func Run(ctx context.Context, opts Options) error {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	timeout := opts.ShutdownTimeout
+	if timeout <= 0 {
+		timeout = DefaultShutdownTimeout
+	}
+
+	glis, hlis, err := listen(opts)
+	if err != nil {
+		return err
+	}
+
+	gs := grpc.NewServer()
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+
+	var mux *http.ServeMux
+	if hlis != nil {
+		mux = http.NewServeMux()
+		mux.HandleFunc("GET "+HealthzPath, func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte("ok\n"))
+		})
+	}
+	if opts.Register != nil {
+		if err := opts.Register(gs, mux); err != nil {
+			closeAll(glis, hlis)
+			return fmt.Errorf("error registering %s handlers: %w", opts.Name, err)
+		}
+	}
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus(HealthName(opts.Name), healthpb.HealthCheckResponse_SERVING)
+	for name := range gs.GetServiceInfo() {
+		if name != healthpb.Health_ServiceDesc.ServiceName {
+			hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		}
+	}
+
+	// Each server sends exactly one value: nil after a requested stop, an
+	// error when it stopped on its own.
+	served := make(chan error, 2)
+	running := 1
+	go func() { served <- gs.Serve(glis) }()
+	var hsrv *http.Server
+	if hlis != nil {
+		running++
+		hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			err := hsrv.Serve(hlis)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			served <- err
+		}()
+	}
+	attrs := []any{"grpc_addr", glis.Addr().String()}
+	if hlis != nil {
+		attrs = append(attrs, "http_addr", hlis.Addr().String())
+	}
+	log.Info("serving", attrs...)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", timeout.String())
+	case serveErr = <-served:
+		running--
+		log.Error("server stopped unexpectedly; shutting down", "error", serveErr)
+		if serveErr == nil {
+			serveErr = errors.New("server stopped without being asked")
+		}
+	}
+
+	hs.Shutdown()
+	shutdown(log, gs, hsrv, timeout)
+	for ; running > 0; running-- {
+		if err := <-served; err != nil && serveErr == nil {
+			serveErr = err
+		}
+	}
+	if serveErr != nil {
+		return fmt.Errorf("error serving %s: %w", opts.Name, serveErr)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// listen opens the gRPC listener and, when configured, the HTTP one.
+func listen(opts Options) (glis, hlis net.Listener, err error) {
+	glis = opts.GRPCListener
+	if glis == nil {
+		if glis, err = net.Listen("tcp", opts.GRPCAddr); err != nil {
+			closeAll(opts.HTTPListener)
+			return nil, nil, fmt.Errorf("error listening for gRPC on %s: %w", opts.GRPCAddr, err)
+		}
+	}
+	hlis = opts.HTTPListener
+	if hlis == nil && opts.HTTPAddr != "" {
+		if hlis, err = net.Listen("tcp", opts.HTTPAddr); err != nil {
+			closeAll(glis)
+			return nil, nil, fmt.Errorf("error listening for HTTP on %s: %w", opts.HTTPAddr, err)
+		}
+	}
+	return glis, hlis, nil
+}
+
+// shutdown stops both servers at once, each gracefully within timeout, then
+// forcibly.
+func shutdown(log *slog.Logger, gs *grpc.Server, hsrv *http.Server, timeout time.Duration) {
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+
+	httpDone := make(chan struct{})
+	go func() {
+		defer close(httpDone)
+		if hsrv == nil {
+			return
+		}
+		if err := hsrv.Shutdown(sctx); err != nil {
+			log.Warn("HTTP graceful stop timed out; closing remaining connections", "error", err)
+			_ = hsrv.Close()
+		}
+	}()
+
+	grpcDone := make(chan struct{})
+	go func() {
+		gs.GracefulStop()
+		close(grpcDone)
+	}()
+	select {
+	case <-grpcDone:
+	case <-sctx.Done():
+		log.Warn("gRPC graceful stop timed out; closing remaining calls")
+		gs.Stop()
+		<-grpcDone
+	}
+	<-httpDone
+}
+
+func closeAll(ls ...net.Listener) {
+	for _, l := range ls {
+		if l != nil {
+			_ = l.Close()
+		}
+	}
+}
