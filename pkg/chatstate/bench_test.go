@@ -1,0 +1,96 @@
+package chatstate_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+)
+
+// transitionsPerCycle: SendMessage, RecordGenerationAttempt, CommitStep,
+// FinishTurn — one user turn as the API and a worker drive it.
+const transitionsPerCycle = 4
+
+// cycle runs one turn on a waiting chat as four bundles.
+func cycle(h *harness, id uuid.UUID) error {
+	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("benchmark prompt")), chatstate.BusyQueue)
+		return err
+	}); err != nil {
+		return err
+	}
+	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) }); err != nil {
+		return err
+	}
+	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{assistantText("benchmark answer")}})
+		return err
+	}); err != nil {
+		return err
+	}
+	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error { _, err := tx.FinishTurn(h.ctx); return err })
+	return err
+}
+
+func reportTransitions(b *testing.B, cycles int64, elapsed time.Duration) {
+	b.ReportMetric(float64(cycles*transitionsPerCycle)/elapsed.Seconds(), "transitions/s")
+}
+
+// BenchmarkCycleOneChat drives turns one after another on one chat.
+func BenchmarkCycleOneChat(b *testing.B) {
+	h := newHarness(b)
+	id := h.create(false)
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if err := cycle(h, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reportTransitions(b, int64(b.N), time.Since(start))
+}
+
+// BenchmarkCycle1000Chats16Clients drives turns on 1,000 chats from 16
+// concurrent clients; each client owns every 16th chat, as API replicas
+// and workers each serve their own chats.
+func BenchmarkCycle1000Chats16Clients(b *testing.B) {
+	const chats, clients = 1000, 16
+	h := newHarness(b)
+	// Each client owns the chats j with j%clients == c.
+	own := make([][]uuid.UUID, clients)
+	for j := 0; j < chats; j++ {
+		own[j%clients] = append(own[j%clients], h.create(false)) // waiting, no user message
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	b.ResetTimer()
+	start := time.Now()
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; ; k++ {
+				if next.Add(1) > int64(b.N) {
+					return
+				}
+				if err := cycle(h, own[c][k%len(own[c])]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	for err := range errs {
+		require.NoError(b, err)
+	}
+	reportTransitions(b, int64(b.N), elapsed)
+}
