@@ -1,7 +1,10 @@
 -- +goose Up
--- The three trigger functions and five triggers of the architecture spec,
+-- The three trigger functions and six triggers of the architecture spec,
 -- verbatim ("Message revisions and history version", "Queue version",
--- "Retry state version"). Version fields move only through these.
+-- "Retry state version"). history_version, queue_version, retry_state_version
+-- and the generation_attempt reset follow from these; snapshot_version is
+-- advanced by each transition bundle (pkg/chatstate), and RequestCompaction is
+-- the one transition that sets history_version itself.
 
 -- +goose StatementBegin
 CREATE FUNCTION set_chat_message_revision()
