@@ -7,11 +7,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -115,6 +118,9 @@ func ensureTemplate(admin string) (string, error) {
 		return "", err
 	}
 	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock(hashtext('chatd_dbtest_template'))") //nolint:errcheck
+	if err := dropLeftovers(ctx, conn, name); err != nil {
+		return "", err
+	}
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
 		return "", err
@@ -142,6 +148,44 @@ func ensureTemplate(admin string) (string, error) {
 		return "", err
 	}
 	return name, nil
+}
+
+// dropLeftovers removes what earlier runs left behind on a shared server:
+// templates of other migration sets, and test databases of processes on this
+// machine that no longer exist (a run killed before its cleanups ran).
+func dropLeftovers(ctx context.Context, conn *pgx.Conn, keep string) error {
+	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'chatd\_template\_%' OR datname LIKE 'chatd\_test\_%'`)
+	if err != nil {
+		return err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		stale := false
+		var pid, seq int
+		if _, err := fmt.Sscanf(n, "chatd_test_%d_%d", &pid, &seq); err == nil {
+			stale = !processAlive(pid)
+		} else if n != keep && !strings.HasSuffix(n, "_building") {
+			stale = true // a template of another migration set
+		}
+		if stale {
+			if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", pgx.Identifier{n}.Sanitize())); err != nil {
+				return fmt.Errorf("drop leftover database %s: %w", n, err)
+			}
+		}
+	}
+	return nil
+}
+
+// processAlive reports whether a process with that PID exists here.
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 func migrationsHash() (string, error) {
