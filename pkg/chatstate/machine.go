@@ -134,14 +134,18 @@ func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 // lock opens a bundle on one chat: the row lock and the snapshot bump.
 func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID) (*Tx, error) {
 	q := queries.New(ptx)
-	row, err := q.ChatLockAndBump(ctx, id)
+	chat, err := q.ChatLockAndBump(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("lock chat %s: %w", id, ErrChatNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock chat %s: %w", id, err)
 	}
-	return &Tx{m: m, q: q, chat: row.Chat, queueLen: row.QueueLen, now: m.cfg.Now()}, nil
+	queueLen, err := q.ChatQueueLen(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("count queue of chat %s: %w", id, err)
+	}
+	return &Tx{m: m, q: q, chat: chat, queueLen: queueLen, now: m.cfg.Now()}, nil
 }
 
 // Tx is an open transition bundle on one locked chat. Its methods are the

@@ -3,8 +3,8 @@ package chatstate_test
 import (
 	"errors"
 	"flag"
-	"reflect"
 	"os"
+	"reflect"
 	"strconv"
 	"testing"
 

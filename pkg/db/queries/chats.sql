@@ -20,14 +20,21 @@ RETURNING *;
 SELECT archived FROM chats WHERE id = @id FOR SHARE;
 
 -- name: ChatLockAndBump :one
--- Opens every transition bundle: the UPDATE locks the row and advances
--- snapshot_version exactly once, before anything else is mutated. The queue
--- length rides along so the state can be classified without another trip.
+-- Opens every transition bundle: the UPDATE locks the row (FOR NO KEY UPDATE
+-- strength, which conflicts with every other bundle and with a child
+-- creation's FOR SHARE on its root) and advances snapshot_version exactly
+-- once, before anything else is mutated.
 UPDATE chats
 SET snapshot_version = snapshot_version + 1
 WHERE chats.id = @id
-RETURNING sqlc.embed(chats),
-    (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id)::bigint AS queue_len;
+RETURNING *;
+
+-- name: ChatQueueLen :one
+-- Must run as its own statement after the lock is held: under READ COMMITTED
+-- a subquery in the locking statement would read the queue as of that
+-- statement's snapshot, taken before the lock wait, and miss rows a bundle
+-- committed in between.
+SELECT count(*) FROM chat_queued_messages WHERE chat_id = @chat_id;
 
 -- name: ChatGetWithQueueLen :one
 SELECT sqlc.embed(chats),

@@ -255,50 +255,44 @@ const chatLockAndBump = `-- name: ChatLockAndBump :one
 UPDATE chats
 SET snapshot_version = snapshot_version + 1
 WHERE chats.id = $1
-RETURNING chats.id, chats.organization_id, chats.owner_id, chats.parent_chat_id, chats.root_chat_id, chats.title, chats.title_source, chats.title_updated_at, chats.system_prompt, chats.dynamic_tools, chats.last_model_config_id, chats.last_reasoning_effort, chats.status, chats.archived, chats.worker_id, chats.runner_id, chats.last_error, chats.retry_state, chats.snapshot_version, chats.history_version, chats.queue_version, chats.generation_attempt, chats.retry_state_version, chats.requires_action_deadline_at, chats.compaction_requested_at, chats.created_at, chats.updated_at,
-    (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id)::bigint AS queue_len
+RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
 `
 
-type ChatLockAndBumpRow struct {
-	Chat     Chat
-	QueueLen int64
-}
-
-// Opens every transition bundle: the UPDATE locks the row and advances
-// snapshot_version exactly once, before anything else is mutated. The queue
-// length rides along so the state can be classified without another trip.
-func (q *Queries) ChatLockAndBump(ctx context.Context, id uuid.UUID) (ChatLockAndBumpRow, error) {
+// Opens every transition bundle: the UPDATE locks the row (FOR NO KEY UPDATE
+// strength, which conflicts with every other bundle and with a child
+// creation's FOR SHARE on its root) and advances snapshot_version exactly
+// once, before anything else is mutated.
+func (q *Queries) ChatLockAndBump(ctx context.Context, id uuid.UUID) (Chat, error) {
 	row := q.db.QueryRow(ctx, chatLockAndBump, id)
-	var i ChatLockAndBumpRow
+	var i Chat
 	err := row.Scan(
-		&i.Chat.ID,
-		&i.Chat.OrganizationID,
-		&i.Chat.OwnerID,
-		&i.Chat.ParentChatID,
-		&i.Chat.RootChatID,
-		&i.Chat.Title,
-		&i.Chat.TitleSource,
-		&i.Chat.TitleUpdatedAt,
-		&i.Chat.SystemPrompt,
-		&i.Chat.DynamicTools,
-		&i.Chat.LastModelConfigID,
-		&i.Chat.LastReasoningEffort,
-		&i.Chat.Status,
-		&i.Chat.Archived,
-		&i.Chat.WorkerID,
-		&i.Chat.RunnerID,
-		&i.Chat.LastError,
-		&i.Chat.RetryState,
-		&i.Chat.SnapshotVersion,
-		&i.Chat.HistoryVersion,
-		&i.Chat.QueueVersion,
-		&i.Chat.GenerationAttempt,
-		&i.Chat.RetryStateVersion,
-		&i.Chat.RequiresActionDeadlineAt,
-		&i.Chat.CompactionRequestedAt,
-		&i.Chat.CreatedAt,
-		&i.Chat.UpdatedAt,
-		&i.QueueLen,
+		&i.ID,
+		&i.OrganizationID,
+		&i.OwnerID,
+		&i.ParentChatID,
+		&i.RootChatID,
+		&i.Title,
+		&i.TitleSource,
+		&i.TitleUpdatedAt,
+		&i.SystemPrompt,
+		&i.DynamicTools,
+		&i.LastModelConfigID,
+		&i.LastReasoningEffort,
+		&i.Status,
+		&i.Archived,
+		&i.WorkerID,
+		&i.RunnerID,
+		&i.LastError,
+		&i.RetryState,
+		&i.SnapshotVersion,
+		&i.HistoryVersion,
+		&i.QueueVersion,
+		&i.GenerationAttempt,
+		&i.RetryStateVersion,
+		&i.RequiresActionDeadlineAt,
+		&i.CompactionRequestedAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
 	)
 	return i, err
 }
@@ -353,6 +347,21 @@ func (q *Queries) ChatLockShare(ctx context.Context, id uuid.UUID) (bool, error)
 	var archived bool
 	err := row.Scan(&archived)
 	return archived, err
+}
+
+const chatQueueLen = `-- name: ChatQueueLen :one
+SELECT count(*) FROM chat_queued_messages WHERE chat_id = $1
+`
+
+// Must run as its own statement after the lock is held: under READ COMMITTED
+// a subquery in the locking statement would read the queue as of that
+// statement's snapshot, taken before the lock wait, and miss rows a bundle
+// committed in between.
+func (q *Queries) ChatQueueLen(ctx context.Context, chatID uuid.UUID) (int64, error) {
+	row := q.db.QueryRow(ctx, chatQueueLen, chatID)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }
 
 const chatReconcileInvalid = `-- name: ChatReconcileInvalid :one

@@ -1,0 +1,90 @@
+// Package notify publishes and receives chatd's post-commit notifications on
+// core NATS (spec: "Pubsub"). Two subjects exist: the global chat:ownership,
+// telling workers a runnable chat has no owner, and the per-chat
+// chat:update:<chat_id>, telling a chat's owner and stream loops that its
+// execution state changed. Payloads are the protobuf messages
+// chatdv1.OwnershipNotification and chatdv1.ChatUpdateNotification.
+//
+// Notifications are hints: best-effort, possibly dropped, duplicated or
+// reordered. Receivers drop stale ones with a Watermark and fall back on
+// database polling.
+package notify
+
+import (
+	"github.com/google/uuid"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+)
+
+// OwnershipSubject is the global subject on which runnable, unowned chats are
+// announced to chat workers.
+const OwnershipSubject = "chat:ownership"
+
+// updateSubjectPrefix prefixes a chat ID to form its update subject.
+const updateSubjectPrefix = "chat:update:"
+
+// UpdateSubject is the per-chat subject chat:update:<chat_id>. NATS splits
+// subjects into tokens at '.', not ':', so the whole subject is one token and
+// cannot be matched by a wildcard such as chat:update:*.
+func UpdateSubject(id uuid.UUID) string { return updateSubjectPrefix + id.String() }
+
+// UpdateFromSnapshot builds the chat:update payload: the snapshot's committed
+// values of the spec's nine fields. worker_id and runner_id are unset when
+// the columns are NULL.
+func UpdateFromSnapshot(s chatstate.Snapshot) *chatdv1.ChatUpdateNotification {
+	c := s.Chat
+	n := &chatdv1.ChatUpdateNotification{
+		SnapshotVersion:   c.SnapshotVersion,
+		HistoryVersion:    c.HistoryVersion,
+		QueueVersion:      c.QueueVersion,
+		RetryStateVersion: c.RetryStateVersion,
+		GenerationAttempt: c.GenerationAttempt,
+		Status:            statusProto(c.Status),
+		Archived:          c.Archived,
+	}
+	if c.WorkerID != nil {
+		n.WorkerId = proto.String(c.WorkerID.String())
+	}
+	if c.RunnerID != nil {
+		n.RunnerId = proto.String(c.RunnerID.String())
+	}
+	return n
+}
+
+// OwnershipFromSnapshot builds the chat:ownership payload for the snapshot's
+// chat.
+func OwnershipFromSnapshot(s chatstate.Snapshot) *chatdv1.OwnershipNotification {
+	return &chatdv1.OwnershipNotification{
+		ChatId:          s.Chat.ID.String(),
+		SnapshotVersion: s.Chat.SnapshotVersion,
+	}
+}
+
+// NeedsOwner reports whether the snapshot calls for a chat:ownership
+// notification: the chat is in a runnable state (R0 R1 I0 I1 A0 A1) and
+// worker_id or runner_id is NULL. The spec's third case, an owner without a
+// fresh heartbeat, needs the heartbeat table and is the worker's to detect.
+func NeedsOwner(s chatstate.Snapshot) bool {
+	return s.State().Runnable() && (s.Chat.WorkerID == nil || s.Chat.RunnerID == nil)
+}
+
+// statusProto maps the chats.status word to the proto enum; an unknown word
+// maps to CHAT_STATUS_UNSPECIFIED.
+func statusProto(s queries.ChatStatus) chatdv1.ChatStatus {
+	switch s {
+	case queries.ChatStatusWaiting:
+		return chatdv1.ChatStatus_CHAT_STATUS_WAITING
+	case queries.ChatStatusRunning:
+		return chatdv1.ChatStatus_CHAT_STATUS_RUNNING
+	case queries.ChatStatusInterrupting:
+		return chatdv1.ChatStatus_CHAT_STATUS_INTERRUPTING
+	case queries.ChatStatusRequiresAction:
+		return chatdv1.ChatStatus_CHAT_STATUS_REQUIRES_ACTION
+	case queries.ChatStatusError:
+		return chatdv1.ChatStatus_CHAT_STATUS_ERROR
+	}
+	return chatdv1.ChatStatus_CHAT_STATUS_UNSPECIFIED
+}
