@@ -30,6 +30,9 @@ type CreateParams struct {
 	// Messages is the initial history. Without a user message the chat is
 	// created waiting; with one it is created running.
 	Messages []NewMessage
+	// InTx, if set, runs inside the creating transaction after the chat
+	// landed (e.g. to record an idempotency key); its error rolls back.
+	InTx func(ctx context.Context, tx *Tx) error
 }
 
 // CreateResult is the created chat and its initial history.
@@ -105,6 +108,11 @@ func (m *Machine) Create(ctx context.Context, p CreateParams) (CreateResult, err
 		}
 		if err := tx.land(ctx, Create, N, variant); err != nil {
 			return err
+		}
+		if p.InTx != nil {
+			if err := p.InTx(ctx, tx); err != nil {
+				return err
+			}
 		}
 		res.Result = Result{Snapshot: tx.snapshot(), Applied: tx.applied}
 		return nil

@@ -169,6 +169,12 @@ func (tx *Tx) QueueLen() int64 { return tx.queueLen }
 // State is the chat's execution state as of the last transition.
 func (tx *Tx) State() State { return tx.snapshot().State() }
 
+// Queries runs queries in the bundle's transaction, for the metadata that
+// must commit or roll back with the transitions (titles, idempotency records,
+// file links). Never write chat_messages, chat_queued_messages or execution
+// fields through it: only transitions may.
+func (tx *Tx) Queries() *queries.Queries { return tx.q }
+
 // Now is the bundle's clock reading, shared by all its transitions.
 func (tx *Tx) Now() time.Time { return tx.now }
 

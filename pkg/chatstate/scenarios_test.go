@@ -417,3 +417,46 @@ func (h *harness) createChild(parent uuid.UUID, withUser bool) uuid.UUID {
 	require.NoError(h.t, err)
 	return p.ID
 }
+
+func TestNothingToCompactOrClear(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	check := func(id uuid.UUID) (compact, clear bool) {
+		h.do(id, func(tx *chatstate.Tx) (err error) {
+			if compact, err = tx.HasCompactableHistory(h.ctx); err != nil {
+				return err
+			}
+			clear, err = tx.HasClearableHistory(h.ctx)
+			return err
+		})
+		return compact, clear
+	}
+	// A chat with only a system prompt has nothing either way.
+	id := h.create(false)
+	compact, clear := check(id)
+	require.False(t, compact)
+	require.False(t, clear)
+
+	// A finished turn has both.
+	id = h.reach(chatstate.W, 0, false)
+	compact, clear = check(id)
+	require.True(t, compact)
+	require.True(t, clear)
+
+	// Right after a clear, neither; a new user turn makes it clearable but
+	// not yet compactable (no assistant reply after the boundary).
+	h.do(id, func(tx *chatstate.Tx) error {
+		_, err := tx.ClearContext(h.ctx, chatstate.ClearBoundary("clear-x"))
+		return err
+	})
+	compact, clear = check(id)
+	require.False(t, compact)
+	require.False(t, clear)
+	h.do(id, func(tx *chatstate.Tx) error {
+		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("again")), chatstate.BusyQueue)
+		return err
+	})
+	compact, clear = check(id)
+	require.False(t, compact)
+	require.True(t, clear)
+}
