@@ -357,6 +357,16 @@ type ChatQueuedMessage struct {
 	CreatedAt       time.Time
 }
 
+type ChatRequest struct {
+	OwnerID   uuid.UUID
+	Kind      string
+	RequestID string
+	ChatID    uuid.UUID
+	InputHash []byte
+	Response  []byte
+	CreatedAt time.Time
+}
+
 type Organization struct {
 	ID        uuid.UUID
 	Name      string
