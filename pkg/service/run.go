@@ -14,9 +14,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/test/bufconn"
 )
+
+// inProcessBufferSize is the in-memory listener's buffer for RegisterGateway.
+const inProcessBufferSize = 1 << 20
 
 // HealthName is the gRPC health service name that reports on the service
 // called name as a whole: "api" → "chatd.v1.api".
@@ -51,6 +57,13 @@ type Options struct {
 	// is nil when the service has no HTTP listener. Every gRPC service it
 	// registers is reported SERVING by the health service too.
 	Register func(s *grpc.Server, mux *http.ServeMux) error
+	// ServerOptions configure the gRPC server (interceptors, limits).
+	ServerOptions []grpc.ServerOption
+	// RegisterGateway, when set, is called after Register with a client
+	// connection to this same gRPC server over an in-memory listener, so an
+	// HTTP facade (grpc-gateway) reaches the handlers through the same
+	// interceptors without a network hop. mux is nil without HTTP.
+	RegisterGateway func(conn *grpc.ClientConn, mux *http.ServeMux) error
 }
 
 // Run serves the service until ctx ends (Main cancels it on SIGTERM or
@@ -77,9 +90,10 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts.ServerOptions...)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
 
 	var mux *http.ServeMux
 	if hlis != nil {
@@ -92,6 +106,24 @@ func Run(ctx context.Context, opts Options) error {
 		if err := opts.Register(gs, mux); err != nil {
 			closeAll(glis, hlis)
 			return fmt.Errorf("error registering %s handlers: %w", opts.Name, err)
+		}
+	}
+	var inproc *bufconn.Listener
+	var inprocConn *grpc.ClientConn
+	if opts.RegisterGateway != nil {
+		inproc = bufconn.Listen(inProcessBufferSize)
+		conn, err := grpc.NewClient("passthrough:///in-process",
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return inproc.DialContext(ctx) }),
+			grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			closeAll(glis, hlis, inproc)
+			return fmt.Errorf("error connecting %s in process: %w", opts.Name, err)
+		}
+		inprocConn = conn
+		defer conn.Close()
+		if err := opts.RegisterGateway(conn, mux); err != nil {
+			closeAll(glis, hlis, inproc)
+			return fmt.Errorf("error registering %s gateway: %w", opts.Name, err)
 		}
 	}
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -107,6 +139,10 @@ func Run(ctx context.Context, opts Options) error {
 	served := make(chan error, 2)
 	running := 1
 	go func() { served <- gs.Serve(glis) }()
+	if inproc != nil {
+		// Stops with gs; its result carries no news the TCP listener's lacks.
+		go func() { _ = gs.Serve(inproc) }()
+	}
 	var hsrv *http.Server
 	if hlis != nil {
 		running++
@@ -138,7 +174,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	hs.Shutdown()
-	shutdown(log, gs, hsrv, timeout)
+	shutdown(log, gs, hsrv, inprocConn, timeout)
 	for ; running > 0; running-- {
 		if err := <-served; err != nil && serveErr == nil {
 			serveErr = err
@@ -172,7 +208,11 @@ func listen(opts Options) (glis, hlis net.Listener, err error) {
 
 // shutdown stops both servers at once, each gracefully within timeout, then
 // forcibly.
-func shutdown(log *slog.Logger, gs *grpc.Server, hsrv *http.Server, timeout time.Duration) {
+//
+// An in-process client connection (RegisterGateway) carries HTTP requests
+// to gRPC: it is closed once HTTP has drained, because GracefulStop waits for
+// every client connection, idle ones included.
+func shutdown(log *slog.Logger, gs *grpc.Server, hsrv *http.Server, inproc *grpc.ClientConn, timeout time.Duration) {
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 
@@ -190,6 +230,10 @@ func shutdown(log *slog.Logger, gs *grpc.Server, hsrv *http.Server, timeout time
 
 	grpcDone := make(chan struct{})
 	go func() {
+		if inproc != nil {
+			<-httpDone
+			_ = inproc.Close()
+		}
 		gs.GracefulStop()
 		close(grpcDone)
 	}()

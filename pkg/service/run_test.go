@@ -31,6 +31,7 @@ type running struct {
 	cancel   context.CancelFunc
 	done     chan error
 	health   healthpb.HealthClient
+	conn     *grpc.ClientConn
 	httpAddr string
 	logs     *syncBuffer
 }
@@ -56,6 +57,7 @@ func start(t *testing.T, opts service.Options, withHTTP bool) *running {
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
 	r.health = healthpb.NewHealthClient(conn)
+	r.conn = conn
 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
