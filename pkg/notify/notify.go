@@ -15,7 +15,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chatd/chatd/pkg/chatstate"
-	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 )
 
@@ -32,8 +31,9 @@ const updateSubjectPrefix = "chat:update:"
 func UpdateSubject(id uuid.UUID) string { return updateSubjectPrefix + id.String() }
 
 // UpdateFromSnapshot builds the chat:update payload: the snapshot's committed
-// values of the spec's nine fields. worker_id and runner_id are unset when
-// the columns are NULL.
+// values of the spec's nine fields. status is the chats.status word
+// ("waiting", "running", ...); worker_id and runner_id are unset when the
+// columns are NULL.
 func UpdateFromSnapshot(s chatstate.Snapshot) *chatdv1.ChatUpdateNotification {
 	c := s.Chat
 	n := &chatdv1.ChatUpdateNotification{
@@ -42,7 +42,7 @@ func UpdateFromSnapshot(s chatstate.Snapshot) *chatdv1.ChatUpdateNotification {
 		QueueVersion:      c.QueueVersion,
 		RetryStateVersion: c.RetryStateVersion,
 		GenerationAttempt: c.GenerationAttempt,
-		Status:            statusProto(c.Status),
+		Status:            string(c.Status),
 		Archived:          c.Archived,
 	}
 	if c.WorkerID != nil {
@@ -69,22 +69,4 @@ func OwnershipFromSnapshot(s chatstate.Snapshot) *chatdv1.OwnershipNotification 
 // fresh heartbeat, needs the heartbeat table and is the worker's to detect.
 func NeedsOwner(s chatstate.Snapshot) bool {
 	return s.State().Runnable() && (s.Chat.WorkerID == nil || s.Chat.RunnerID == nil)
-}
-
-// statusProto maps the chats.status word to the proto enum; an unknown word
-// maps to CHAT_STATUS_UNSPECIFIED.
-func statusProto(s queries.ChatStatus) chatdv1.ChatStatus {
-	switch s {
-	case queries.ChatStatusWaiting:
-		return chatdv1.ChatStatus_CHAT_STATUS_WAITING
-	case queries.ChatStatusRunning:
-		return chatdv1.ChatStatus_CHAT_STATUS_RUNNING
-	case queries.ChatStatusInterrupting:
-		return chatdv1.ChatStatus_CHAT_STATUS_INTERRUPTING
-	case queries.ChatStatusRequiresAction:
-		return chatdv1.ChatStatus_CHAT_STATUS_REQUIRES_ACTION
-	case queries.ChatStatusError:
-		return chatdv1.ChatStatus_CHAT_STATUS_ERROR
-	}
-	return chatdv1.ChatStatus_CHAT_STATUS_UNSPECIFIED
 }

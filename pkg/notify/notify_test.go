@@ -169,7 +169,7 @@ func (c *chats) requireCommitted(id uuid.UUID, n *chatdv1.ChatUpdateNotification
 	require.Equal(c.t, row.QueueVersion, n.GetQueueVersion(), "queue_version")
 	require.Equal(c.t, row.RetryStateVersion, n.GetRetryStateVersion(), "retry_state_version")
 	require.Equal(c.t, row.GenerationAttempt, n.GetGenerationAttempt(), "generation_attempt")
-	require.Equal(c.t, "CHAT_STATUS_"+strings.ToUpper(string(row.Status)), n.GetStatus().String(), "status")
+	require.Equal(c.t, string(row.Status), n.GetStatus(), "status")
 	require.Equal(c.t, row.Archived, n.GetArchived(), "archived")
 	if row.WorkerID == nil {
 		require.Nil(c.t, n.WorkerId, "worker_id")
@@ -208,7 +208,7 @@ func TestCreateAcquireAbandon(t *testing.T) {
 	u := recv(t, updates, "update after Create")
 	c.requireCommitted(id, u)
 	require.Equal(t, created.Chat.SnapshotVersion, u.GetSnapshotVersion())
-	require.Equal(t, chatdv1.ChatStatus_CHAT_STATUS_RUNNING, u.GetStatus())
+	require.Equal(t, "running", u.GetStatus())
 	require.False(t, u.GetArchived())
 	require.Nil(t, u.WorkerId)
 	require.Nil(t, u.RunnerId)
@@ -225,7 +225,7 @@ func TestCreateAcquireAbandon(t *testing.T) {
 	c.requireCommitted(id, u)
 	require.Equal(t, worker.String(), u.GetWorkerId())
 	require.Equal(t, runner.String(), u.GetRunnerId())
-	require.Equal(t, chatdv1.ChatStatus_CHAT_STATUS_RUNNING, u.GetStatus())
+	require.Equal(t, "running", u.GetStatus())
 
 	abandoned := c.do(id, func(tx *chatstate.Tx) error { return tx.Abandon(c.ctx) })
 	u = recv(t, updates, "update after Abandon")
@@ -252,7 +252,7 @@ func TestWaitingChatPublishesNoOwnership(t *testing.T) {
 	require.Equal(t, chatstate.W, created.State())
 	u := recv(t, updates, "update after Create")
 	c.requireCommitted(id, u)
-	require.Equal(t, chatdv1.ChatStatus_CHAT_STATUS_WAITING, u.GetStatus())
+	require.Equal(t, "waiting", u.GetStatus())
 
 	sent := c.send(id)
 	require.Equal(t, chatstate.R0, sent.State())
@@ -357,25 +357,26 @@ func TestNeedsOwner(t *testing.T) {
 func TestUpdateFromSnapshot(t *testing.T) {
 	t.Parallel()
 
-	// Every status word maps to its enum value.
+	// Every status is carried as its word.
 	for _, st := range queries.AllChatStatusValues() {
 		n := notify.UpdateFromSnapshot(snapshot(st, false, 0, nil, nil))
-		require.Equal(t, "CHAT_STATUS_"+strings.ToUpper(string(st)), n.GetStatus().String())
+		require.Equal(t, string(st), n.GetStatus())
 	}
+	require.Equal(t, "requires_action", notify.UpdateFromSnapshot(snapshot(chatstate.StatusRequiresAction, false, 0, nil, nil)).GetStatus())
 
 	w, r := uuid.New(), uuid.New()
 	s := snapshot(chatstate.StatusRequiresAction, false, 1, &w, &r)
 	want := &chatdv1.ChatUpdateNotification{
 		SnapshotVersion: 7, WorkerId: proto.String(w.String()), RunnerId: proto.String(r.String()),
 		HistoryVersion: 5, QueueVersion: 6, RetryStateVersion: 3, GenerationAttempt: 2,
-		Status: chatdv1.ChatStatus_CHAT_STATUS_REQUIRES_ACTION,
+		Status: "requires_action",
 	}
 	require.True(t, proto.Equal(want, notify.UpdateFromSnapshot(s)), "got %v", notify.UpdateFromSnapshot(s))
 
 	s = snapshot(chatstate.StatusError, true, 0, nil, nil)
 	want = &chatdv1.ChatUpdateNotification{
 		SnapshotVersion: 7, HistoryVersion: 5, QueueVersion: 6, RetryStateVersion: 3, GenerationAttempt: 2,
-		Status: chatdv1.ChatStatus_CHAT_STATUS_ERROR, Archived: true,
+		Status: "error", Archived: true,
 	}
 	got := notify.UpdateFromSnapshot(s)
 	require.True(t, proto.Equal(want, got), "got %v", got)

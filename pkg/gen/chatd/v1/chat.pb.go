@@ -9,6 +9,7 @@ package chatdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -22,66 +23,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ChatStatus is the spec's execution status. The REST facade spells the values
-// as the spec's lower-case words (waiting, running, ...).
-type ChatStatus int32
-
-const (
-	ChatStatus_CHAT_STATUS_UNSPECIFIED     ChatStatus = 0
-	ChatStatus_CHAT_STATUS_WAITING         ChatStatus = 1
-	ChatStatus_CHAT_STATUS_RUNNING         ChatStatus = 2
-	ChatStatus_CHAT_STATUS_INTERRUPTING    ChatStatus = 3
-	ChatStatus_CHAT_STATUS_REQUIRES_ACTION ChatStatus = 4
-	ChatStatus_CHAT_STATUS_ERROR           ChatStatus = 5
-)
-
-// Enum value maps for ChatStatus.
-var (
-	ChatStatus_name = map[int32]string{
-		0: "CHAT_STATUS_UNSPECIFIED",
-		1: "CHAT_STATUS_WAITING",
-		2: "CHAT_STATUS_RUNNING",
-		3: "CHAT_STATUS_INTERRUPTING",
-		4: "CHAT_STATUS_REQUIRES_ACTION",
-		5: "CHAT_STATUS_ERROR",
-	}
-	ChatStatus_value = map[string]int32{
-		"CHAT_STATUS_UNSPECIFIED":     0,
-		"CHAT_STATUS_WAITING":         1,
-		"CHAT_STATUS_RUNNING":         2,
-		"CHAT_STATUS_INTERRUPTING":    3,
-		"CHAT_STATUS_REQUIRES_ACTION": 4,
-		"CHAT_STATUS_ERROR":           5,
-	}
-)
-
-func (x ChatStatus) Enum() *ChatStatus {
-	p := new(ChatStatus)
-	*p = x
-	return p
-}
-
-func (x ChatStatus) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (ChatStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_chatd_v1_chat_proto_enumTypes[0].Descriptor()
-}
-
-func (ChatStatus) Type() protoreflect.EnumType {
-	return &file_chatd_v1_chat_proto_enumTypes[0]
-}
-
-func (x ChatStatus) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use ChatStatus.Descriptor instead.
-func (ChatStatus) EnumDescriptor() ([]byte, []int) {
-	return file_chatd_v1_chat_proto_rawDescGZIP(), []int{0}
-}
-
 // Chat is one durable agent conversation. UUIDs travel as strings.
 type Chat struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -90,17 +31,35 @@ type Chat struct {
 	OwnerId        string                 `protobuf:"bytes,3,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
 	// Set only for sub-agent chats.
 	ParentChatId *string `protobuf:"bytes,4,opt,name=parent_chat_id,json=parentChatId,proto3,oneof" json:"parent_chat_id,omitempty"`
-	// The root of the chat family; equals id for a root chat.
-	RootChatId string     `protobuf:"bytes,5,opt,name=root_chat_id,json=rootChatId,proto3" json:"root_chat_id,omitempty"`
-	Title      string     `protobuf:"bytes,6,opt,name=title,proto3" json:"title,omitempty"`
-	Status     ChatStatus `protobuf:"varint,7,opt,name=status,proto3,enum=chatd.v1.ChatStatus" json:"status,omitempty"`
-	Archived   bool       `protobuf:"varint,8,opt,name=archived,proto3" json:"archived,omitempty"`
+	// The root of the chat family; set only for sub-agent chats (with
+	// parent_chat_id), unset for a root chat.
+	RootChatId *string `protobuf:"bytes,5,opt,name=root_chat_id,json=rootChatId,proto3,oneof" json:"root_chat_id,omitempty"`
+	Title      string  `protobuf:"bytes,6,opt,name=title,proto3" json:"title,omitempty"`
+	// The spec's execution status, one of the words "waiting", "running",
+	// "interrupting", "requires_action" or "error".
+	Status   string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	Archived bool   `protobuf:"varint,8,opt,name=archived,proto3" json:"archived,omitempty"`
 	// The last terminal error, cleared when the chat leaves the error state.
-	LastError     *string                `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3,oneof" json:"last_error,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LastError *string                `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3,oneof" json:"last_error,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	// Where the title came from: "fallback" (derived from the first message),
+	// "generated" (by a model) or "user" (written by the user).
+	TitleSource    string                 `protobuf:"bytes,12,opt,name=title_source,json=titleSource,proto3" json:"title_source,omitempty"`
+	TitleUpdatedAt *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=title_updated_at,json=titleUpdatedAt,proto3" json:"title_updated_at,omitempty"`
+	// The model config of the most recent turn; unset before the first turn or
+	// when that config was deleted.
+	LastModelConfigId *string `protobuf:"bytes,14,opt,name=last_model_config_id,json=lastModelConfigId,proto3,oneof" json:"last_model_config_id,omitempty"`
+	// The client-provided tools the model may call.
+	DynamicTools []*DynamicTool `protobuf:"bytes,15,rep,name=dynamic_tools,json=dynamicTools,proto3" json:"dynamic_tools,omitempty"`
+	// The pending retry of a failed model call (attempt, delay, error, ...);
+	// unset when no retry is pending.
+	RetryState *structpb.Struct `protobuf:"bytes,16,opt,name=retry_state,json=retryState,proto3,oneof" json:"retry_state,omitempty"`
+	// When the chat waits in requires_action: the time after which the pending
+	// tool calls fail. Unset otherwise.
+	RequiresActionDeadlineAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=requires_action_deadline_at,json=requiresActionDeadlineAt,proto3,oneof" json:"requires_action_deadline_at,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *Chat) Reset() {
@@ -162,8 +121,8 @@ func (x *Chat) GetParentChatId() string {
 }
 
 func (x *Chat) GetRootChatId() string {
-	if x != nil {
-		return x.RootChatId
+	if x != nil && x.RootChatId != nil {
+		return *x.RootChatId
 	}
 	return ""
 }
@@ -175,11 +134,11 @@ func (x *Chat) GetTitle() string {
 	return ""
 }
 
-func (x *Chat) GetStatus() ChatStatus {
+func (x *Chat) GetStatus() string {
 	if x != nil {
 		return x.Status
 	}
-	return ChatStatus_CHAT_STATUS_UNSPECIFIED
+	return ""
 }
 
 func (x *Chat) GetArchived() bool {
@@ -210,38 +169,83 @@ func (x *Chat) GetUpdatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Chat) GetTitleSource() string {
+	if x != nil {
+		return x.TitleSource
+	}
+	return ""
+}
+
+func (x *Chat) GetTitleUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TitleUpdatedAt
+	}
+	return nil
+}
+
+func (x *Chat) GetLastModelConfigId() string {
+	if x != nil && x.LastModelConfigId != nil {
+		return *x.LastModelConfigId
+	}
+	return ""
+}
+
+func (x *Chat) GetDynamicTools() []*DynamicTool {
+	if x != nil {
+		return x.DynamicTools
+	}
+	return nil
+}
+
+func (x *Chat) GetRetryState() *structpb.Struct {
+	if x != nil {
+		return x.RetryState
+	}
+	return nil
+}
+
+func (x *Chat) GetRequiresActionDeadlineAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RequiresActionDeadlineAt
+	}
+	return nil
+}
+
 var File_chatd_v1_chat_proto protoreflect.FileDescriptor
 
 const file_chatd_v1_chat_proto_rawDesc = "" +
 	"\n" +
-	"\x13chatd/v1/chat.proto\x12\bchatd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x03\n" +
+	"\x13chatd/v1/chat.proto\x12\bchatd.v1\x1a\x13chatd/v1/tool.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\a\n" +
 	"\x04Chat\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0forganization_id\x18\x02 \x01(\tR\x0eorganizationId\x12\x19\n" +
 	"\bowner_id\x18\x03 \x01(\tR\aownerId\x12)\n" +
-	"\x0eparent_chat_id\x18\x04 \x01(\tH\x00R\fparentChatId\x88\x01\x01\x12 \n" +
-	"\froot_chat_id\x18\x05 \x01(\tR\n" +
-	"rootChatId\x12\x14\n" +
-	"\x05title\x18\x06 \x01(\tR\x05title\x12,\n" +
-	"\x06status\x18\a \x01(\x0e2\x14.chatd.v1.ChatStatusR\x06status\x12\x1a\n" +
+	"\x0eparent_chat_id\x18\x04 \x01(\tH\x00R\fparentChatId\x88\x01\x01\x12%\n" +
+	"\froot_chat_id\x18\x05 \x01(\tH\x01R\n" +
+	"rootChatId\x88\x01\x01\x12\x14\n" +
+	"\x05title\x18\x06 \x01(\tR\x05title\x12\x16\n" +
+	"\x06status\x18\a \x01(\tR\x06status\x12\x1a\n" +
 	"\barchived\x18\b \x01(\bR\barchived\x12\"\n" +
 	"\n" +
-	"last_error\x18\t \x01(\tH\x01R\tlastError\x88\x01\x01\x129\n" +
+	"last_error\x18\t \x01(\tH\x02R\tlastError\x88\x01\x01\x129\n" +
 	"\n" +
 	"created_at\x18\n" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAtB\x11\n" +
-	"\x0f_parent_chat_idB\r\n" +
-	"\v_last_error*\xb1\x01\n" +
-	"\n" +
-	"ChatStatus\x12\x1b\n" +
-	"\x17CHAT_STATUS_UNSPECIFIED\x10\x00\x12\x17\n" +
-	"\x13CHAT_STATUS_WAITING\x10\x01\x12\x17\n" +
-	"\x13CHAT_STATUS_RUNNING\x10\x02\x12\x1c\n" +
-	"\x18CHAT_STATUS_INTERRUPTING\x10\x03\x12\x1f\n" +
-	"\x1bCHAT_STATUS_REQUIRES_ACTION\x10\x04\x12\x15\n" +
-	"\x11CHAT_STATUS_ERROR\x10\x05B1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
+	"updated_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12!\n" +
+	"\ftitle_source\x18\f \x01(\tR\vtitleSource\x12D\n" +
+	"\x10title_updated_at\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x0etitleUpdatedAt\x124\n" +
+	"\x14last_model_config_id\x18\x0e \x01(\tH\x03R\x11lastModelConfigId\x88\x01\x01\x12:\n" +
+	"\rdynamic_tools\x18\x0f \x03(\v2\x15.chatd.v1.DynamicToolR\fdynamicTools\x12=\n" +
+	"\vretry_state\x18\x10 \x01(\v2\x17.google.protobuf.StructH\x04R\n" +
+	"retryState\x88\x01\x01\x12^\n" +
+	"\x1brequires_action_deadline_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampH\x05R\x18requiresActionDeadlineAt\x88\x01\x01B\x11\n" +
+	"\x0f_parent_chat_idB\x0f\n" +
+	"\r_root_chat_idB\r\n" +
+	"\v_last_errorB\x17\n" +
+	"\x15_last_model_config_idB\x0e\n" +
+	"\f_retry_stateB\x1e\n" +
+	"\x1c_requires_action_deadline_atB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
 
 var (
 	file_chatd_v1_chat_proto_rawDescOnce sync.Once
@@ -255,22 +259,25 @@ func file_chatd_v1_chat_proto_rawDescGZIP() []byte {
 	return file_chatd_v1_chat_proto_rawDescData
 }
 
-var file_chatd_v1_chat_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_chatd_v1_chat_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
 var file_chatd_v1_chat_proto_goTypes = []any{
-	(ChatStatus)(0),               // 0: chatd.v1.ChatStatus
-	(*Chat)(nil),                  // 1: chatd.v1.Chat
-	(*timestamppb.Timestamp)(nil), // 2: google.protobuf.Timestamp
+	(*Chat)(nil),                  // 0: chatd.v1.Chat
+	(*timestamppb.Timestamp)(nil), // 1: google.protobuf.Timestamp
+	(*DynamicTool)(nil),           // 2: chatd.v1.DynamicTool
+	(*structpb.Struct)(nil),       // 3: google.protobuf.Struct
 }
 var file_chatd_v1_chat_proto_depIdxs = []int32{
-	0, // 0: chatd.v1.Chat.status:type_name -> chatd.v1.ChatStatus
-	2, // 1: chatd.v1.Chat.created_at:type_name -> google.protobuf.Timestamp
-	2, // 2: chatd.v1.Chat.updated_at:type_name -> google.protobuf.Timestamp
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	1, // 0: chatd.v1.Chat.created_at:type_name -> google.protobuf.Timestamp
+	1, // 1: chatd.v1.Chat.updated_at:type_name -> google.protobuf.Timestamp
+	1, // 2: chatd.v1.Chat.title_updated_at:type_name -> google.protobuf.Timestamp
+	2, // 3: chatd.v1.Chat.dynamic_tools:type_name -> chatd.v1.DynamicTool
+	3, // 4: chatd.v1.Chat.retry_state:type_name -> google.protobuf.Struct
+	1, // 5: chatd.v1.Chat.requires_action_deadline_at:type_name -> google.protobuf.Timestamp
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_chatd_v1_chat_proto_init() }
@@ -278,20 +285,20 @@ func file_chatd_v1_chat_proto_init() {
 	if File_chatd_v1_chat_proto != nil {
 		return
 	}
+	file_chatd_v1_tool_proto_init()
 	file_chatd_v1_chat_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chatd_v1_chat_proto_rawDesc), len(file_chatd_v1_chat_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      0,
 			NumMessages:   1,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_chatd_v1_chat_proto_goTypes,
 		DependencyIndexes: file_chatd_v1_chat_proto_depIdxs,
-		EnumInfos:         file_chatd_v1_chat_proto_enumTypes,
 		MessageInfos:      file_chatd_v1_chat_proto_msgTypes,
 	}.Build()
 	File_chatd_v1_chat_proto = out.File

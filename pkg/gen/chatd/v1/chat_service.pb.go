@@ -9,6 +9,7 @@ package chatdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -20,59 +21,6 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
-
-// BusyBehavior says what SendMessage does when the chat is busy.
-type BusyBehavior int32
-
-const (
-	// Treated as BUSY_BEHAVIOR_QUEUE.
-	BusyBehavior_BUSY_BEHAVIOR_UNSPECIFIED BusyBehavior = 0
-	// Queue the message behind the current turn.
-	BusyBehavior_BUSY_BEHAVIOR_QUEUE BusyBehavior = 1
-	// Interrupt the current turn and send the message next.
-	BusyBehavior_BUSY_BEHAVIOR_INTERRUPT BusyBehavior = 2
-)
-
-// Enum value maps for BusyBehavior.
-var (
-	BusyBehavior_name = map[int32]string{
-		0: "BUSY_BEHAVIOR_UNSPECIFIED",
-		1: "BUSY_BEHAVIOR_QUEUE",
-		2: "BUSY_BEHAVIOR_INTERRUPT",
-	}
-	BusyBehavior_value = map[string]int32{
-		"BUSY_BEHAVIOR_UNSPECIFIED": 0,
-		"BUSY_BEHAVIOR_QUEUE":       1,
-		"BUSY_BEHAVIOR_INTERRUPT":   2,
-	}
-)
-
-func (x BusyBehavior) Enum() *BusyBehavior {
-	p := new(BusyBehavior)
-	*p = x
-	return p
-}
-
-func (x BusyBehavior) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (BusyBehavior) Descriptor() protoreflect.EnumDescriptor {
-	return file_chatd_v1_chat_service_proto_enumTypes[0].Descriptor()
-}
-
-func (BusyBehavior) Type() protoreflect.EnumType {
-	return &file_chatd_v1_chat_service_proto_enumTypes[0]
-}
-
-func (x BusyBehavior) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use BusyBehavior.Descriptor instead.
-func (BusyBehavior) EnumDescriptor() ([]byte, []int) {
-	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{0}
-}
 
 type CreateChatRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -297,7 +245,12 @@ func (x *GetChatResponse) GetChat() *Chat {
 type ListChatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// When set, only chats with this archived value.
-	Archived      *bool `protobuf:"varint,1,opt,name=archived,proto3,oneof" json:"archived,omitempty"`
+	Archived *bool `protobuf:"varint,1,opt,name=archived,proto3,oneof" json:"archived,omitempty"`
+	// The page's maximum number of chats: default 50 (when 0), at most 200.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// An opaque token from a previous response's next_page_token; empty for
+	// the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -339,9 +292,25 @@ func (x *ListChatsRequest) GetArchived() bool {
 	return false
 }
 
+func (x *ListChatsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListChatsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListChatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Chats         []*Chat                `protobuf:"bytes,1,rep,name=chats,proto3" json:"chats,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Chats []*Chat                `protobuf:"bytes,1,rep,name=chats,proto3" json:"chats,omitempty"`
+	// The token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -381,6 +350,13 @@ func (x *ListChatsResponse) GetChats() []*Chat {
 		return x.Chats
 	}
 	return nil
+}
+
+func (x *ListChatsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type UpdateChatRequest struct {
@@ -586,12 +562,15 @@ func (x *ListMessagesResponse) GetQueuedMessages() []*QueuedMessage {
 }
 
 type SendMessageRequest struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	ChatId          string                 `protobuf:"bytes,1,opt,name=chat_id,json=chatId,proto3" json:"chat_id,omitempty"`
-	Content         []*MessagePart         `protobuf:"bytes,2,rep,name=content,proto3" json:"content,omitempty"`
-	BusyBehavior    BusyBehavior           `protobuf:"varint,3,opt,name=busy_behavior,json=busyBehavior,proto3,enum=chatd.v1.BusyBehavior" json:"busy_behavior,omitempty"`
-	ModelConfigId   *string                `protobuf:"bytes,4,opt,name=model_config_id,json=modelConfigId,proto3,oneof" json:"model_config_id,omitempty"`
-	ReasoningEffort *string                `protobuf:"bytes,5,opt,name=reasoning_effort,json=reasoningEffort,proto3,oneof" json:"reasoning_effort,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ChatId  string                 `protobuf:"bytes,1,opt,name=chat_id,json=chatId,proto3" json:"chat_id,omitempty"`
+	Content []*MessagePart         `protobuf:"bytes,2,rep,name=content,proto3" json:"content,omitempty"`
+	// What to do when the chat is busy: "queue" (queue the message behind the
+	// current turn) or "interrupt" (interrupt the current turn and send the
+	// message next). Empty means "queue".
+	BusyBehavior    string  `protobuf:"bytes,3,opt,name=busy_behavior,json=busyBehavior,proto3" json:"busy_behavior,omitempty"`
+	ModelConfigId   *string `protobuf:"bytes,4,opt,name=model_config_id,json=modelConfigId,proto3,oneof" json:"model_config_id,omitempty"`
+	ReasoningEffort *string `protobuf:"bytes,5,opt,name=reasoning_effort,json=reasoningEffort,proto3,oneof" json:"reasoning_effort,omitempty"`
 	// Idempotency key: the same key with the same input returns the original result.
 	RequestId     *string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3,oneof" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -642,11 +621,11 @@ func (x *SendMessageRequest) GetContent() []*MessagePart {
 	return nil
 }
 
-func (x *SendMessageRequest) GetBusyBehavior() BusyBehavior {
+func (x *SendMessageRequest) GetBusyBehavior() string {
 	if x != nil {
 		return x.BusyBehavior
 	}
-	return BusyBehavior_BUSY_BEHAVIOR_UNSPECIFIED
+	return ""
 }
 
 func (x *SendMessageRequest) GetModelConfigId() string {
@@ -805,8 +784,8 @@ func (x *EditMessageRequest) GetContent() []*MessagePart {
 
 type EditMessageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The replacement message.
-	Message       *Message `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	// The history rows the edit inserted (the replacement message first).
+	Messages      []*Message `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -841,9 +820,9 @@ func (*EditMessageResponse) Descriptor() ([]byte, []int) {
 	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *EditMessageResponse) GetMessage() *Message {
+func (x *EditMessageResponse) GetMessages() []*Message {
 	if x != nil {
-		return x.Message
+		return x.Messages
 	}
 	return nil
 }
@@ -902,6 +881,7 @@ func (x *DeleteQueuedMessageRequest) GetQueuedMessageId() int64 {
 
 type DeleteQueuedMessageResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chat          *Chat                  `protobuf:"bytes,1,opt,name=chat,proto3" json:"chat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -934,6 +914,13 @@ func (x *DeleteQueuedMessageResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use DeleteQueuedMessageResponse.ProtoReflect.Descriptor instead.
 func (*DeleteQueuedMessageResponse) Descriptor() ([]byte, []int) {
 	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *DeleteQueuedMessageResponse) GetChat() *Chat {
+	if x != nil {
+		return x.Chat
+	}
+	return nil
 }
 
 type PromoteQueuedMessageRequest struct {
@@ -993,6 +980,7 @@ type PromoteQueuedMessageResponse struct {
 	// The history message, when the queued message was promoted immediately;
 	// unset when it stays at the queue head until the interruption finishes.
 	Message       *Message `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	Chat          *Chat    `protobuf:"bytes,2,opt,name=chat,proto3" json:"chat,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1030,6 +1018,13 @@ func (*PromoteQueuedMessageResponse) Descriptor() ([]byte, []int) {
 func (x *PromoteQueuedMessageResponse) GetMessage() *Message {
 	if x != nil {
 		return x.Message
+	}
+	return nil
+}
+
+func (x *PromoteQueuedMessageResponse) GetChat() *Chat {
+	if x != nil {
+		return x.Chat
 	}
 	return nil
 }
@@ -1527,9 +1522,9 @@ func (x *ListModelsRequest) GetOrganizationId() string {
 }
 
 type ListModelsResponse struct {
-	state        protoimpl.MessageState  `protogen:"open.v1"`
-	ModelConfigs []*ModelConfig          `protobuf:"bytes,1,rep,name=model_configs,json=modelConfigs,proto3" json:"model_configs,omitempty"`
-	Providers    []*ProviderAvailability `protobuf:"bytes,2,rep,name=providers,proto3" json:"providers,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ModelConfigs []*ModelConfig         `protobuf:"bytes,1,rep,name=model_configs,json=modelConfigs,proto3" json:"model_configs,omitempty"`
+	Providers    []*ProviderDescriptor  `protobuf:"bytes,2,rep,name=providers,proto3" json:"providers,omitempty"`
 	// Provider types configured in the deployment that this build does not support.
 	UnsupportedProviderTypes []string `protobuf:"bytes,3,rep,name=unsupported_provider_types,json=unsupportedProviderTypes,proto3" json:"unsupported_provider_types,omitempty"`
 	unknownFields            protoimpl.UnknownFields
@@ -1573,7 +1568,7 @@ func (x *ListModelsResponse) GetModelConfigs() []*ModelConfig {
 	return nil
 }
 
-func (x *ListModelsResponse) GetProviders() []*ProviderAvailability {
+func (x *ListModelsResponse) GetProviders() []*ProviderDescriptor {
 	if x != nil {
 		return x.Providers
 	}
@@ -1587,11 +1582,912 @@ func (x *ListModelsResponse) GetUnsupportedProviderTypes() []string {
 	return nil
 }
 
+type ListProvidersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProvidersRequest) Reset() {
+	*x = ListProvidersRequest{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProvidersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProvidersRequest) ProtoMessage() {}
+
+func (x *ListProvidersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProvidersRequest.ProtoReflect.Descriptor instead.
+func (*ListProvidersRequest) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{30}
+}
+
+type ListProvidersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Providers     []*Provider            `protobuf:"bytes,1,rep,name=providers,proto3" json:"providers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProvidersResponse) Reset() {
+	*x = ListProvidersResponse{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProvidersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProvidersResponse) ProtoMessage() {}
+
+func (x *ListProvidersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProvidersResponse.ProtoReflect.Descriptor instead.
+func (*ListProvidersResponse) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListProvidersResponse) GetProviders() []*Provider {
+	if x != nil {
+		return x.Providers
+	}
+	return nil
+}
+
+type CreateProviderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "scripted", "openai", "openai-compat" or "anthropic".
+	ProviderType string `protobuf:"bytes,1,opt,name=provider_type,json=providerType,proto3" json:"provider_type,omitempty"`
+	DisplayName  string `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// The provider's endpoint; empty for the provider type's default.
+	BaseUrl string `protobuf:"bytes,3,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
+	// Write-only: stored, never returned.
+	ApiKey string `protobuf:"bytes,4,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
+	// Default true.
+	Enabled       *bool `protobuf:"varint,5,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateProviderRequest) Reset() {
+	*x = CreateProviderRequest{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateProviderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateProviderRequest) ProtoMessage() {}
+
+func (x *CreateProviderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateProviderRequest.ProtoReflect.Descriptor instead.
+func (*CreateProviderRequest) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CreateProviderRequest) GetProviderType() string {
+	if x != nil {
+		return x.ProviderType
+	}
+	return ""
+}
+
+func (x *CreateProviderRequest) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *CreateProviderRequest) GetBaseUrl() string {
+	if x != nil {
+		return x.BaseUrl
+	}
+	return ""
+}
+
+func (x *CreateProviderRequest) GetApiKey() string {
+	if x != nil {
+		return x.ApiKey
+	}
+	return ""
+}
+
+func (x *CreateProviderRequest) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+type CreateProviderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Provider      *Provider              `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateProviderResponse) Reset() {
+	*x = CreateProviderResponse{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateProviderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateProviderResponse) ProtoMessage() {}
+
+func (x *CreateProviderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateProviderResponse.ProtoReflect.Descriptor instead.
+func (*CreateProviderResponse) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CreateProviderResponse) GetProvider() *Provider {
+	if x != nil {
+		return x.Provider
+	}
+	return nil
+}
+
+type UpdateProviderRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId  string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	DisplayName *string                `protobuf:"bytes,2,opt,name=display_name,json=displayName,proto3,oneof" json:"display_name,omitempty"`
+	BaseUrl     *string                `protobuf:"bytes,3,opt,name=base_url,json=baseUrl,proto3,oneof" json:"base_url,omitempty"`
+	// When set, replaces the stored key; "" removes it.
+	ApiKey        *string `protobuf:"bytes,4,opt,name=api_key,json=apiKey,proto3,oneof" json:"api_key,omitempty"`
+	Enabled       *bool   `protobuf:"varint,5,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateProviderRequest) Reset() {
+	*x = UpdateProviderRequest{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateProviderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateProviderRequest) ProtoMessage() {}
+
+func (x *UpdateProviderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateProviderRequest.ProtoReflect.Descriptor instead.
+func (*UpdateProviderRequest) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *UpdateProviderRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *UpdateProviderRequest) GetDisplayName() string {
+	if x != nil && x.DisplayName != nil {
+		return *x.DisplayName
+	}
+	return ""
+}
+
+func (x *UpdateProviderRequest) GetBaseUrl() string {
+	if x != nil && x.BaseUrl != nil {
+		return *x.BaseUrl
+	}
+	return ""
+}
+
+func (x *UpdateProviderRequest) GetApiKey() string {
+	if x != nil && x.ApiKey != nil {
+		return *x.ApiKey
+	}
+	return ""
+}
+
+func (x *UpdateProviderRequest) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+type UpdateProviderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Provider      *Provider              `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateProviderResponse) Reset() {
+	*x = UpdateProviderResponse{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateProviderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateProviderResponse) ProtoMessage() {}
+
+func (x *UpdateProviderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateProviderResponse.ProtoReflect.Descriptor instead.
+func (*UpdateProviderResponse) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *UpdateProviderResponse) GetProvider() *Provider {
+	if x != nil {
+		return x.Provider
+	}
+	return nil
+}
+
+type DeleteProviderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProviderId    string                 `protobuf:"bytes,1,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteProviderRequest) Reset() {
+	*x = DeleteProviderRequest{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteProviderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteProviderRequest) ProtoMessage() {}
+
+func (x *DeleteProviderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteProviderRequest.ProtoReflect.Descriptor instead.
+func (*DeleteProviderRequest) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DeleteProviderRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+type DeleteProviderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteProviderResponse) Reset() {
+	*x = DeleteProviderResponse{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteProviderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteProviderResponse) ProtoMessage() {}
+
+func (x *DeleteProviderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteProviderResponse.ProtoReflect.Descriptor instead.
+func (*DeleteProviderResponse) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{37}
+}
+
+type ListModelConfigsRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	OrganizationId string                 `protobuf:"bytes,1,opt,name=organization_id,json=organizationId,proto3" json:"organization_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ListModelConfigsRequest) Reset() {
+	*x = ListModelConfigsRequest{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListModelConfigsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListModelConfigsRequest) ProtoMessage() {}
+
+func (x *ListModelConfigsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListModelConfigsRequest.ProtoReflect.Descriptor instead.
+func (*ListModelConfigsRequest) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListModelConfigsRequest) GetOrganizationId() string {
+	if x != nil {
+		return x.OrganizationId
+	}
+	return ""
+}
+
+type ListModelConfigsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ModelConfigs  []*ModelConfig         `protobuf:"bytes,1,rep,name=model_configs,json=modelConfigs,proto3" json:"model_configs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListModelConfigsResponse) Reset() {
+	*x = ListModelConfigsResponse{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListModelConfigsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListModelConfigsResponse) ProtoMessage() {}
+
+func (x *ListModelConfigsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListModelConfigsResponse.ProtoReflect.Descriptor instead.
+func (*ListModelConfigsResponse) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListModelConfigsResponse) GetModelConfigs() []*ModelConfig {
+	if x != nil {
+		return x.ModelConfigs
+	}
+	return nil
+}
+
+type CreateModelConfigRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	OrganizationId string                 `protobuf:"bytes,1,opt,name=organization_id,json=organizationId,proto3" json:"organization_id,omitempty"`
+	ProviderId     string                 `protobuf:"bytes,2,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	// The provider's model name.
+	Model       string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	DisplayName string `protobuf:"bytes,4,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// Default true.
+	Enabled *bool `protobuf:"varint,5,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	// When true, the new config becomes the organization's default. Default false.
+	IsDefault *bool `protobuf:"varint,6,opt,name=is_default,json=isDefault,proto3,oneof" json:"is_default,omitempty"`
+	// Context window in tokens; 0 when unknown.
+	ContextLimit int64 `protobuf:"varint,7,opt,name=context_limit,json=contextLimit,proto3" json:"context_limit,omitempty"`
+	// Percentage (0-100) of context_limit at which the history is compacted;
+	// default 70.
+	CompressionThreshold *int32 `protobuf:"varint,8,opt,name=compression_threshold,json=compressionThreshold,proto3,oneof" json:"compression_threshold,omitempty"`
+	// Provider-specific model options as a JSON object; unset for none.
+	Options       *structpb.Struct `protobuf:"bytes,9,opt,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateModelConfigRequest) Reset() {
+	*x = CreateModelConfigRequest{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateModelConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateModelConfigRequest) ProtoMessage() {}
+
+func (x *CreateModelConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateModelConfigRequest.ProtoReflect.Descriptor instead.
+func (*CreateModelConfigRequest) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *CreateModelConfigRequest) GetOrganizationId() string {
+	if x != nil {
+		return x.OrganizationId
+	}
+	return ""
+}
+
+func (x *CreateModelConfigRequest) GetProviderId() string {
+	if x != nil {
+		return x.ProviderId
+	}
+	return ""
+}
+
+func (x *CreateModelConfigRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *CreateModelConfigRequest) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *CreateModelConfigRequest) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+func (x *CreateModelConfigRequest) GetIsDefault() bool {
+	if x != nil && x.IsDefault != nil {
+		return *x.IsDefault
+	}
+	return false
+}
+
+func (x *CreateModelConfigRequest) GetContextLimit() int64 {
+	if x != nil {
+		return x.ContextLimit
+	}
+	return 0
+}
+
+func (x *CreateModelConfigRequest) GetCompressionThreshold() int32 {
+	if x != nil && x.CompressionThreshold != nil {
+		return *x.CompressionThreshold
+	}
+	return 0
+}
+
+func (x *CreateModelConfigRequest) GetOptions() *structpb.Struct {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+type CreateModelConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ModelConfig   *ModelConfig           `protobuf:"bytes,1,opt,name=model_config,json=modelConfig,proto3" json:"model_config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateModelConfigResponse) Reset() {
+	*x = CreateModelConfigResponse{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateModelConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateModelConfigResponse) ProtoMessage() {}
+
+func (x *CreateModelConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateModelConfigResponse.ProtoReflect.Descriptor instead.
+func (*CreateModelConfigResponse) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *CreateModelConfigResponse) GetModelConfig() *ModelConfig {
+	if x != nil {
+		return x.ModelConfig
+	}
+	return nil
+}
+
+type UpdateModelConfigRequest struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	OrganizationId       string                 `protobuf:"bytes,1,opt,name=organization_id,json=organizationId,proto3" json:"organization_id,omitempty"`
+	ModelConfigId        string                 `protobuf:"bytes,2,opt,name=model_config_id,json=modelConfigId,proto3" json:"model_config_id,omitempty"`
+	ProviderId           *string                `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3,oneof" json:"provider_id,omitempty"`
+	Model                *string                `protobuf:"bytes,4,opt,name=model,proto3,oneof" json:"model,omitempty"`
+	DisplayName          *string                `protobuf:"bytes,5,opt,name=display_name,json=displayName,proto3,oneof" json:"display_name,omitempty"`
+	Enabled              *bool                  `protobuf:"varint,6,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	IsDefault            *bool                  `protobuf:"varint,7,opt,name=is_default,json=isDefault,proto3,oneof" json:"is_default,omitempty"`
+	ContextLimit         *int64                 `protobuf:"varint,8,opt,name=context_limit,json=contextLimit,proto3,oneof" json:"context_limit,omitempty"`
+	CompressionThreshold *int32                 `protobuf:"varint,9,opt,name=compression_threshold,json=compressionThreshold,proto3,oneof" json:"compression_threshold,omitempty"`
+	// When set, replaces the options.
+	Options       *structpb.Struct `protobuf:"bytes,10,opt,name=options,proto3" json:"options,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateModelConfigRequest) Reset() {
+	*x = UpdateModelConfigRequest{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateModelConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateModelConfigRequest) ProtoMessage() {}
+
+func (x *UpdateModelConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateModelConfigRequest.ProtoReflect.Descriptor instead.
+func (*UpdateModelConfigRequest) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *UpdateModelConfigRequest) GetOrganizationId() string {
+	if x != nil {
+		return x.OrganizationId
+	}
+	return ""
+}
+
+func (x *UpdateModelConfigRequest) GetModelConfigId() string {
+	if x != nil {
+		return x.ModelConfigId
+	}
+	return ""
+}
+
+func (x *UpdateModelConfigRequest) GetProviderId() string {
+	if x != nil && x.ProviderId != nil {
+		return *x.ProviderId
+	}
+	return ""
+}
+
+func (x *UpdateModelConfigRequest) GetModel() string {
+	if x != nil && x.Model != nil {
+		return *x.Model
+	}
+	return ""
+}
+
+func (x *UpdateModelConfigRequest) GetDisplayName() string {
+	if x != nil && x.DisplayName != nil {
+		return *x.DisplayName
+	}
+	return ""
+}
+
+func (x *UpdateModelConfigRequest) GetEnabled() bool {
+	if x != nil && x.Enabled != nil {
+		return *x.Enabled
+	}
+	return false
+}
+
+func (x *UpdateModelConfigRequest) GetIsDefault() bool {
+	if x != nil && x.IsDefault != nil {
+		return *x.IsDefault
+	}
+	return false
+}
+
+func (x *UpdateModelConfigRequest) GetContextLimit() int64 {
+	if x != nil && x.ContextLimit != nil {
+		return *x.ContextLimit
+	}
+	return 0
+}
+
+func (x *UpdateModelConfigRequest) GetCompressionThreshold() int32 {
+	if x != nil && x.CompressionThreshold != nil {
+		return *x.CompressionThreshold
+	}
+	return 0
+}
+
+func (x *UpdateModelConfigRequest) GetOptions() *structpb.Struct {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+type UpdateModelConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ModelConfig   *ModelConfig           `protobuf:"bytes,1,opt,name=model_config,json=modelConfig,proto3" json:"model_config,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateModelConfigResponse) Reset() {
+	*x = UpdateModelConfigResponse{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateModelConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateModelConfigResponse) ProtoMessage() {}
+
+func (x *UpdateModelConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateModelConfigResponse.ProtoReflect.Descriptor instead.
+func (*UpdateModelConfigResponse) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *UpdateModelConfigResponse) GetModelConfig() *ModelConfig {
+	if x != nil {
+		return x.ModelConfig
+	}
+	return nil
+}
+
+type DeleteModelConfigRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	OrganizationId string                 `protobuf:"bytes,1,opt,name=organization_id,json=organizationId,proto3" json:"organization_id,omitempty"`
+	ModelConfigId  string                 `protobuf:"bytes,2,opt,name=model_config_id,json=modelConfigId,proto3" json:"model_config_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeleteModelConfigRequest) Reset() {
+	*x = DeleteModelConfigRequest{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModelConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModelConfigRequest) ProtoMessage() {}
+
+func (x *DeleteModelConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModelConfigRequest.ProtoReflect.Descriptor instead.
+func (*DeleteModelConfigRequest) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *DeleteModelConfigRequest) GetOrganizationId() string {
+	if x != nil {
+		return x.OrganizationId
+	}
+	return ""
+}
+
+func (x *DeleteModelConfigRequest) GetModelConfigId() string {
+	if x != nil {
+		return x.ModelConfigId
+	}
+	return ""
+}
+
+type DeleteModelConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteModelConfigResponse) Reset() {
+	*x = DeleteModelConfigResponse{}
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteModelConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteModelConfigResponse) ProtoMessage() {}
+
+func (x *DeleteModelConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_chat_service_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteModelConfigResponse.ProtoReflect.Descriptor instead.
+func (*DeleteModelConfigResponse) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{45}
+}
+
 var File_chatd_v1_chat_service_proto protoreflect.FileDescriptor
 
 const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1bchatd/v1/chat_service.proto\x12\bchatd.v1\x1a\x13chatd/v1/chat.proto\x1a\x16chatd/v1/message.proto\x1a\x14chatd/v1/model.proto\x1a\x13chatd/v1/tool.proto\"\xd5\x02\n" +
+	"\x1bchatd/v1/chat_service.proto\x12\bchatd.v1\x1a\x13chatd/v1/chat.proto\x1a\x16chatd/v1/message.proto\x1a\x14chatd/v1/model.proto\x1a\x13chatd/v1/tool.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xd5\x02\n" +
 	"\x11CreateChatRequest\x12/\n" +
 	"\acontent\x18\x01 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\x12\x19\n" +
 	"\x05title\x18\x02 \x01(\tH\x00R\x05title\x88\x01\x01\x12(\n" +
@@ -1609,12 +2505,16 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\x0eGetChatRequest\x12\x17\n" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\"5\n" +
 	"\x0fGetChatResponse\x12\"\n" +
-	"\x04chat\x18\x01 \x01(\v2\x0e.chatd.v1.ChatR\x04chat\"@\n" +
+	"\x04chat\x18\x01 \x01(\v2\x0e.chatd.v1.ChatR\x04chat\"|\n" +
 	"\x10ListChatsRequest\x12\x1f\n" +
-	"\barchived\x18\x01 \x01(\bH\x00R\barchived\x88\x01\x01B\v\n" +
-	"\t_archived\"9\n" +
+	"\barchived\x18\x01 \x01(\bH\x00R\barchived\x88\x01\x01\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageTokenB\v\n" +
+	"\t_archived\"a\n" +
 	"\x11ListChatsResponse\x12$\n" +
-	"\x05chats\x18\x01 \x03(\v2\x0e.chatd.v1.ChatR\x05chats\"\x7f\n" +
+	"\x05chats\x18\x01 \x03(\v2\x0e.chatd.v1.ChatR\x05chats\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x7f\n" +
 	"\x11UpdateChatRequest\x12\x17\n" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\x12\x1f\n" +
 	"\barchived\x18\x02 \x01(\bH\x00R\barchived\x88\x01\x01\x12\x19\n" +
@@ -1627,11 +2527,11 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\"\x87\x01\n" +
 	"\x14ListMessagesResponse\x12-\n" +
 	"\bmessages\x18\x01 \x03(\v2\x11.chatd.v1.MessageR\bmessages\x12@\n" +
-	"\x0fqueued_messages\x18\x02 \x03(\v2\x17.chatd.v1.QueuedMessageR\x0equeuedMessages\"\xd4\x02\n" +
+	"\x0fqueued_messages\x18\x02 \x03(\v2\x17.chatd.v1.QueuedMessageR\x0equeuedMessages\"\xbc\x02\n" +
 	"\x12SendMessageRequest\x12\x17\n" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\x12/\n" +
-	"\acontent\x18\x02 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\x12;\n" +
-	"\rbusy_behavior\x18\x03 \x01(\x0e2\x16.chatd.v1.BusyBehaviorR\fbusyBehavior\x12+\n" +
+	"\acontent\x18\x02 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\x12#\n" +
+	"\rbusy_behavior\x18\x03 \x01(\tR\fbusyBehavior\x12+\n" +
 	"\x0fmodel_config_id\x18\x04 \x01(\tH\x00R\rmodelConfigId\x88\x01\x01\x12.\n" +
 	"\x10reasoning_effort\x18\x05 \x01(\tH\x01R\x0freasoningEffort\x88\x01\x01\x12\"\n" +
 	"\n" +
@@ -1648,18 +2548,20 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\x03R\tmessageId\x12/\n" +
-	"\acontent\x18\x03 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\"B\n" +
-	"\x13EditMessageResponse\x12+\n" +
-	"\amessage\x18\x01 \x01(\v2\x11.chatd.v1.MessageR\amessage\"a\n" +
+	"\acontent\x18\x03 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\"D\n" +
+	"\x13EditMessageResponse\x12-\n" +
+	"\bmessages\x18\x01 \x03(\v2\x11.chatd.v1.MessageR\bmessages\"a\n" +
 	"\x1aDeleteQueuedMessageRequest\x12\x17\n" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\x12*\n" +
-	"\x11queued_message_id\x18\x02 \x01(\x03R\x0fqueuedMessageId\"\x1d\n" +
-	"\x1bDeleteQueuedMessageResponse\"b\n" +
+	"\x11queued_message_id\x18\x02 \x01(\x03R\x0fqueuedMessageId\"A\n" +
+	"\x1bDeleteQueuedMessageResponse\x12\"\n" +
+	"\x04chat\x18\x01 \x01(\v2\x0e.chatd.v1.ChatR\x04chat\"b\n" +
 	"\x1bPromoteQueuedMessageRequest\x12\x17\n" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\x12*\n" +
-	"\x11queued_message_id\x18\x02 \x01(\x03R\x0fqueuedMessageId\"K\n" +
+	"\x11queued_message_id\x18\x02 \x01(\x03R\x0fqueuedMessageId\"o\n" +
 	"\x1cPromoteQueuedMessageResponse\x12+\n" +
-	"\amessage\x18\x01 \x01(\v2\x11.chatd.v1.MessageR\amessage\"/\n" +
+	"\amessage\x18\x01 \x01(\v2\x11.chatd.v1.MessageR\amessage\x12\"\n" +
+	"\x04chat\x18\x02 \x01(\v2\x0e.chatd.v1.ChatR\x04chat\"/\n" +
 	"\x14InterruptChatRequest\x12\x17\n" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\";\n" +
 	"\x15InterruptChatResponse\x12\"\n" +
@@ -1682,15 +2584,93 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\x1cReconcileInvalidChatResponse\x12\"\n" +
 	"\x04chat\x18\x01 \x01(\v2\x0e.chatd.v1.ChatR\x04chat\"<\n" +
 	"\x11ListModelsRequest\x12'\n" +
-	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\"\xcc\x01\n" +
+	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\"\xca\x01\n" +
 	"\x12ListModelsResponse\x12:\n" +
-	"\rmodel_configs\x18\x01 \x03(\v2\x15.chatd.v1.ModelConfigR\fmodelConfigs\x12<\n" +
-	"\tproviders\x18\x02 \x03(\v2\x1e.chatd.v1.ProviderAvailabilityR\tproviders\x12<\n" +
-	"\x1aunsupported_provider_types\x18\x03 \x03(\tR\x18unsupportedProviderTypes*c\n" +
-	"\fBusyBehavior\x12\x1d\n" +
-	"\x19BUSY_BEHAVIOR_UNSPECIFIED\x10\x00\x12\x17\n" +
-	"\x13BUSY_BEHAVIOR_QUEUE\x10\x01\x12\x1b\n" +
-	"\x17BUSY_BEHAVIOR_INTERRUPT\x10\x022\xc9\t\n" +
+	"\rmodel_configs\x18\x01 \x03(\v2\x15.chatd.v1.ModelConfigR\fmodelConfigs\x12:\n" +
+	"\tproviders\x18\x02 \x03(\v2\x1c.chatd.v1.ProviderDescriptorR\tproviders\x12<\n" +
+	"\x1aunsupported_provider_types\x18\x03 \x03(\tR\x18unsupportedProviderTypes\"\x16\n" +
+	"\x14ListProvidersRequest\"I\n" +
+	"\x15ListProvidersResponse\x120\n" +
+	"\tproviders\x18\x01 \x03(\v2\x12.chatd.v1.ProviderR\tproviders\"\xbe\x01\n" +
+	"\x15CreateProviderRequest\x12#\n" +
+	"\rprovider_type\x18\x01 \x01(\tR\fproviderType\x12!\n" +
+	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12\x19\n" +
+	"\bbase_url\x18\x03 \x01(\tR\abaseUrl\x12\x17\n" +
+	"\aapi_key\x18\x04 \x01(\tR\x06apiKey\x12\x1d\n" +
+	"\aenabled\x18\x05 \x01(\bH\x00R\aenabled\x88\x01\x01B\n" +
+	"\n" +
+	"\b_enabled\"H\n" +
+	"\x16CreateProviderResponse\x12.\n" +
+	"\bprovider\x18\x01 \x01(\v2\x12.chatd.v1.ProviderR\bprovider\"\xf3\x01\n" +
+	"\x15UpdateProviderRequest\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\x12&\n" +
+	"\fdisplay_name\x18\x02 \x01(\tH\x00R\vdisplayName\x88\x01\x01\x12\x1e\n" +
+	"\bbase_url\x18\x03 \x01(\tH\x01R\abaseUrl\x88\x01\x01\x12\x1c\n" +
+	"\aapi_key\x18\x04 \x01(\tH\x02R\x06apiKey\x88\x01\x01\x12\x1d\n" +
+	"\aenabled\x18\x05 \x01(\bH\x03R\aenabled\x88\x01\x01B\x0f\n" +
+	"\r_display_nameB\v\n" +
+	"\t_base_urlB\n" +
+	"\n" +
+	"\b_api_keyB\n" +
+	"\n" +
+	"\b_enabled\"H\n" +
+	"\x16UpdateProviderResponse\x12.\n" +
+	"\bprovider\x18\x01 \x01(\v2\x12.chatd.v1.ProviderR\bprovider\"8\n" +
+	"\x15DeleteProviderRequest\x12\x1f\n" +
+	"\vprovider_id\x18\x01 \x01(\tR\n" +
+	"providerId\"\x18\n" +
+	"\x16DeleteProviderResponse\"B\n" +
+	"\x17ListModelConfigsRequest\x12'\n" +
+	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\"V\n" +
+	"\x18ListModelConfigsResponse\x12:\n" +
+	"\rmodel_configs\x18\x01 \x03(\v2\x15.chatd.v1.ModelConfigR\fmodelConfigs\"\xa7\x03\n" +
+	"\x18CreateModelConfigRequest\x12'\n" +
+	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12\x1f\n" +
+	"\vprovider_id\x18\x02 \x01(\tR\n" +
+	"providerId\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12!\n" +
+	"\fdisplay_name\x18\x04 \x01(\tR\vdisplayName\x12\x1d\n" +
+	"\aenabled\x18\x05 \x01(\bH\x00R\aenabled\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"is_default\x18\x06 \x01(\bH\x01R\tisDefault\x88\x01\x01\x12#\n" +
+	"\rcontext_limit\x18\a \x01(\x03R\fcontextLimit\x128\n" +
+	"\x15compression_threshold\x18\b \x01(\x05H\x02R\x14compressionThreshold\x88\x01\x01\x121\n" +
+	"\aoptions\x18\t \x01(\v2\x17.google.protobuf.StructR\aoptionsB\n" +
+	"\n" +
+	"\b_enabledB\r\n" +
+	"\v_is_defaultB\x18\n" +
+	"\x16_compression_threshold\"U\n" +
+	"\x19CreateModelConfigResponse\x128\n" +
+	"\fmodel_config\x18\x01 \x01(\v2\x15.chatd.v1.ModelConfigR\vmodelConfig\"\xa0\x04\n" +
+	"\x18UpdateModelConfigRequest\x12'\n" +
+	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12&\n" +
+	"\x0fmodel_config_id\x18\x02 \x01(\tR\rmodelConfigId\x12$\n" +
+	"\vprovider_id\x18\x03 \x01(\tH\x00R\n" +
+	"providerId\x88\x01\x01\x12\x19\n" +
+	"\x05model\x18\x04 \x01(\tH\x01R\x05model\x88\x01\x01\x12&\n" +
+	"\fdisplay_name\x18\x05 \x01(\tH\x02R\vdisplayName\x88\x01\x01\x12\x1d\n" +
+	"\aenabled\x18\x06 \x01(\bH\x03R\aenabled\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"is_default\x18\a \x01(\bH\x04R\tisDefault\x88\x01\x01\x12(\n" +
+	"\rcontext_limit\x18\b \x01(\x03H\x05R\fcontextLimit\x88\x01\x01\x128\n" +
+	"\x15compression_threshold\x18\t \x01(\x05H\x06R\x14compressionThreshold\x88\x01\x01\x121\n" +
+	"\aoptions\x18\n" +
+	" \x01(\v2\x17.google.protobuf.StructR\aoptionsB\x0e\n" +
+	"\f_provider_idB\b\n" +
+	"\x06_modelB\x0f\n" +
+	"\r_display_nameB\n" +
+	"\n" +
+	"\b_enabledB\r\n" +
+	"\v_is_defaultB\x10\n" +
+	"\x0e_context_limitB\x18\n" +
+	"\x16_compression_threshold\"U\n" +
+	"\x19UpdateModelConfigResponse\x128\n" +
+	"\fmodel_config\x18\x01 \x01(\v2\x15.chatd.v1.ModelConfigR\vmodelConfig\"k\n" +
+	"\x18DeleteModelConfigRequest\x12'\n" +
+	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12&\n" +
+	"\x0fmodel_config_id\x18\x02 \x01(\tR\rmodelConfigId\"\x1b\n" +
+	"\x19DeleteModelConfigResponse2\x8f\x0f\n" +
 	"\vChatService\x12G\n" +
 	"\n" +
 	"CreateChat\x12\x1b.chatd.v1.CreateChatRequest\x1a\x1c.chatd.v1.CreateChatResponse\x12>\n" +
@@ -1709,7 +2689,15 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\tClearChat\x12\x1a.chatd.v1.ClearChatRequest\x1a\x1b.chatd.v1.ClearChatResponse\x12e\n" +
 	"\x14ReconcileInvalidChat\x12%.chatd.v1.ReconcileInvalidChatRequest\x1a&.chatd.v1.ReconcileInvalidChatResponse\x12G\n" +
 	"\n" +
-	"ListModels\x12\x1b.chatd.v1.ListModelsRequest\x1a\x1c.chatd.v1.ListModelsResponseB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
+	"ListModels\x12\x1b.chatd.v1.ListModelsRequest\x1a\x1c.chatd.v1.ListModelsResponse\x12P\n" +
+	"\rListProviders\x12\x1e.chatd.v1.ListProvidersRequest\x1a\x1f.chatd.v1.ListProvidersResponse\x12S\n" +
+	"\x0eCreateProvider\x12\x1f.chatd.v1.CreateProviderRequest\x1a .chatd.v1.CreateProviderResponse\x12S\n" +
+	"\x0eUpdateProvider\x12\x1f.chatd.v1.UpdateProviderRequest\x1a .chatd.v1.UpdateProviderResponse\x12S\n" +
+	"\x0eDeleteProvider\x12\x1f.chatd.v1.DeleteProviderRequest\x1a .chatd.v1.DeleteProviderResponse\x12Y\n" +
+	"\x10ListModelConfigs\x12!.chatd.v1.ListModelConfigsRequest\x1a\".chatd.v1.ListModelConfigsResponse\x12\\\n" +
+	"\x11CreateModelConfig\x12\".chatd.v1.CreateModelConfigRequest\x1a#.chatd.v1.CreateModelConfigResponse\x12\\\n" +
+	"\x11UpdateModelConfig\x12\".chatd.v1.UpdateModelConfigRequest\x1a#.chatd.v1.UpdateModelConfigResponse\x12\\\n" +
+	"\x11DeleteModelConfig\x12\".chatd.v1.DeleteModelConfigRequest\x1a#.chatd.v1.DeleteModelConfigResponseB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
 
 var (
 	file_chatd_v1_chat_service_proto_rawDescOnce sync.Once
@@ -1723,109 +2711,150 @@ func file_chatd_v1_chat_service_proto_rawDescGZIP() []byte {
 	return file_chatd_v1_chat_service_proto_rawDescData
 }
 
-var file_chatd_v1_chat_service_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chatd_v1_chat_service_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_chatd_v1_chat_service_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_chatd_v1_chat_service_proto_goTypes = []any{
-	(BusyBehavior)(0),                    // 0: chatd.v1.BusyBehavior
-	(*CreateChatRequest)(nil),            // 1: chatd.v1.CreateChatRequest
-	(*CreateChatResponse)(nil),           // 2: chatd.v1.CreateChatResponse
-	(*GetChatRequest)(nil),               // 3: chatd.v1.GetChatRequest
-	(*GetChatResponse)(nil),              // 4: chatd.v1.GetChatResponse
-	(*ListChatsRequest)(nil),             // 5: chatd.v1.ListChatsRequest
-	(*ListChatsResponse)(nil),            // 6: chatd.v1.ListChatsResponse
-	(*UpdateChatRequest)(nil),            // 7: chatd.v1.UpdateChatRequest
-	(*UpdateChatResponse)(nil),           // 8: chatd.v1.UpdateChatResponse
-	(*ListMessagesRequest)(nil),          // 9: chatd.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),         // 10: chatd.v1.ListMessagesResponse
-	(*SendMessageRequest)(nil),           // 11: chatd.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),          // 12: chatd.v1.SendMessageResponse
-	(*EditMessageRequest)(nil),           // 13: chatd.v1.EditMessageRequest
-	(*EditMessageResponse)(nil),          // 14: chatd.v1.EditMessageResponse
-	(*DeleteQueuedMessageRequest)(nil),   // 15: chatd.v1.DeleteQueuedMessageRequest
-	(*DeleteQueuedMessageResponse)(nil),  // 16: chatd.v1.DeleteQueuedMessageResponse
-	(*PromoteQueuedMessageRequest)(nil),  // 17: chatd.v1.PromoteQueuedMessageRequest
-	(*PromoteQueuedMessageResponse)(nil), // 18: chatd.v1.PromoteQueuedMessageResponse
-	(*InterruptChatRequest)(nil),         // 19: chatd.v1.InterruptChatRequest
-	(*InterruptChatResponse)(nil),        // 20: chatd.v1.InterruptChatResponse
-	(*SubmitToolResultsRequest)(nil),     // 21: chatd.v1.SubmitToolResultsRequest
-	(*SubmitToolResultsResponse)(nil),    // 22: chatd.v1.SubmitToolResultsResponse
-	(*CompactChatRequest)(nil),           // 23: chatd.v1.CompactChatRequest
-	(*CompactChatResponse)(nil),          // 24: chatd.v1.CompactChatResponse
-	(*ClearChatRequest)(nil),             // 25: chatd.v1.ClearChatRequest
-	(*ClearChatResponse)(nil),            // 26: chatd.v1.ClearChatResponse
-	(*ReconcileInvalidChatRequest)(nil),  // 27: chatd.v1.ReconcileInvalidChatRequest
-	(*ReconcileInvalidChatResponse)(nil), // 28: chatd.v1.ReconcileInvalidChatResponse
-	(*ListModelsRequest)(nil),            // 29: chatd.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),           // 30: chatd.v1.ListModelsResponse
-	(*MessagePart)(nil),                  // 31: chatd.v1.MessagePart
-	(*DynamicTool)(nil),                  // 32: chatd.v1.DynamicTool
-	(*Chat)(nil),                         // 33: chatd.v1.Chat
-	(*Message)(nil),                      // 34: chatd.v1.Message
-	(*QueuedMessage)(nil),                // 35: chatd.v1.QueuedMessage
-	(*ToolResult)(nil),                   // 36: chatd.v1.ToolResult
-	(*ModelConfig)(nil),                  // 37: chatd.v1.ModelConfig
-	(*ProviderAvailability)(nil),         // 38: chatd.v1.ProviderAvailability
+	(*CreateChatRequest)(nil),            // 0: chatd.v1.CreateChatRequest
+	(*CreateChatResponse)(nil),           // 1: chatd.v1.CreateChatResponse
+	(*GetChatRequest)(nil),               // 2: chatd.v1.GetChatRequest
+	(*GetChatResponse)(nil),              // 3: chatd.v1.GetChatResponse
+	(*ListChatsRequest)(nil),             // 4: chatd.v1.ListChatsRequest
+	(*ListChatsResponse)(nil),            // 5: chatd.v1.ListChatsResponse
+	(*UpdateChatRequest)(nil),            // 6: chatd.v1.UpdateChatRequest
+	(*UpdateChatResponse)(nil),           // 7: chatd.v1.UpdateChatResponse
+	(*ListMessagesRequest)(nil),          // 8: chatd.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),         // 9: chatd.v1.ListMessagesResponse
+	(*SendMessageRequest)(nil),           // 10: chatd.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),          // 11: chatd.v1.SendMessageResponse
+	(*EditMessageRequest)(nil),           // 12: chatd.v1.EditMessageRequest
+	(*EditMessageResponse)(nil),          // 13: chatd.v1.EditMessageResponse
+	(*DeleteQueuedMessageRequest)(nil),   // 14: chatd.v1.DeleteQueuedMessageRequest
+	(*DeleteQueuedMessageResponse)(nil),  // 15: chatd.v1.DeleteQueuedMessageResponse
+	(*PromoteQueuedMessageRequest)(nil),  // 16: chatd.v1.PromoteQueuedMessageRequest
+	(*PromoteQueuedMessageResponse)(nil), // 17: chatd.v1.PromoteQueuedMessageResponse
+	(*InterruptChatRequest)(nil),         // 18: chatd.v1.InterruptChatRequest
+	(*InterruptChatResponse)(nil),        // 19: chatd.v1.InterruptChatResponse
+	(*SubmitToolResultsRequest)(nil),     // 20: chatd.v1.SubmitToolResultsRequest
+	(*SubmitToolResultsResponse)(nil),    // 21: chatd.v1.SubmitToolResultsResponse
+	(*CompactChatRequest)(nil),           // 22: chatd.v1.CompactChatRequest
+	(*CompactChatResponse)(nil),          // 23: chatd.v1.CompactChatResponse
+	(*ClearChatRequest)(nil),             // 24: chatd.v1.ClearChatRequest
+	(*ClearChatResponse)(nil),            // 25: chatd.v1.ClearChatResponse
+	(*ReconcileInvalidChatRequest)(nil),  // 26: chatd.v1.ReconcileInvalidChatRequest
+	(*ReconcileInvalidChatResponse)(nil), // 27: chatd.v1.ReconcileInvalidChatResponse
+	(*ListModelsRequest)(nil),            // 28: chatd.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),           // 29: chatd.v1.ListModelsResponse
+	(*ListProvidersRequest)(nil),         // 30: chatd.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),        // 31: chatd.v1.ListProvidersResponse
+	(*CreateProviderRequest)(nil),        // 32: chatd.v1.CreateProviderRequest
+	(*CreateProviderResponse)(nil),       // 33: chatd.v1.CreateProviderResponse
+	(*UpdateProviderRequest)(nil),        // 34: chatd.v1.UpdateProviderRequest
+	(*UpdateProviderResponse)(nil),       // 35: chatd.v1.UpdateProviderResponse
+	(*DeleteProviderRequest)(nil),        // 36: chatd.v1.DeleteProviderRequest
+	(*DeleteProviderResponse)(nil),       // 37: chatd.v1.DeleteProviderResponse
+	(*ListModelConfigsRequest)(nil),      // 38: chatd.v1.ListModelConfigsRequest
+	(*ListModelConfigsResponse)(nil),     // 39: chatd.v1.ListModelConfigsResponse
+	(*CreateModelConfigRequest)(nil),     // 40: chatd.v1.CreateModelConfigRequest
+	(*CreateModelConfigResponse)(nil),    // 41: chatd.v1.CreateModelConfigResponse
+	(*UpdateModelConfigRequest)(nil),     // 42: chatd.v1.UpdateModelConfigRequest
+	(*UpdateModelConfigResponse)(nil),    // 43: chatd.v1.UpdateModelConfigResponse
+	(*DeleteModelConfigRequest)(nil),     // 44: chatd.v1.DeleteModelConfigRequest
+	(*DeleteModelConfigResponse)(nil),    // 45: chatd.v1.DeleteModelConfigResponse
+	(*MessagePart)(nil),                  // 46: chatd.v1.MessagePart
+	(*DynamicTool)(nil),                  // 47: chatd.v1.DynamicTool
+	(*Chat)(nil),                         // 48: chatd.v1.Chat
+	(*Message)(nil),                      // 49: chatd.v1.Message
+	(*QueuedMessage)(nil),                // 50: chatd.v1.QueuedMessage
+	(*ToolResult)(nil),                   // 51: chatd.v1.ToolResult
+	(*ModelConfig)(nil),                  // 52: chatd.v1.ModelConfig
+	(*ProviderDescriptor)(nil),           // 53: chatd.v1.ProviderDescriptor
+	(*Provider)(nil),                     // 54: chatd.v1.Provider
+	(*structpb.Struct)(nil),              // 55: google.protobuf.Struct
 }
 var file_chatd_v1_chat_service_proto_depIdxs = []int32{
-	31, // 0: chatd.v1.CreateChatRequest.content:type_name -> chatd.v1.MessagePart
-	32, // 1: chatd.v1.CreateChatRequest.dynamic_tools:type_name -> chatd.v1.DynamicTool
-	33, // 2: chatd.v1.CreateChatResponse.chat:type_name -> chatd.v1.Chat
-	33, // 3: chatd.v1.GetChatResponse.chat:type_name -> chatd.v1.Chat
-	33, // 4: chatd.v1.ListChatsResponse.chats:type_name -> chatd.v1.Chat
-	33, // 5: chatd.v1.UpdateChatResponse.chat:type_name -> chatd.v1.Chat
-	34, // 6: chatd.v1.ListMessagesResponse.messages:type_name -> chatd.v1.Message
-	35, // 7: chatd.v1.ListMessagesResponse.queued_messages:type_name -> chatd.v1.QueuedMessage
-	31, // 8: chatd.v1.SendMessageRequest.content:type_name -> chatd.v1.MessagePart
-	0,  // 9: chatd.v1.SendMessageRequest.busy_behavior:type_name -> chatd.v1.BusyBehavior
-	34, // 10: chatd.v1.SendMessageResponse.message:type_name -> chatd.v1.Message
-	34, // 11: chatd.v1.SendMessageResponse.messages:type_name -> chatd.v1.Message
-	35, // 12: chatd.v1.SendMessageResponse.queued_message:type_name -> chatd.v1.QueuedMessage
-	31, // 13: chatd.v1.EditMessageRequest.content:type_name -> chatd.v1.MessagePart
-	34, // 14: chatd.v1.EditMessageResponse.message:type_name -> chatd.v1.Message
-	34, // 15: chatd.v1.PromoteQueuedMessageResponse.message:type_name -> chatd.v1.Message
-	33, // 16: chatd.v1.InterruptChatResponse.chat:type_name -> chatd.v1.Chat
-	36, // 17: chatd.v1.SubmitToolResultsRequest.results:type_name -> chatd.v1.ToolResult
-	33, // 18: chatd.v1.SubmitToolResultsResponse.chat:type_name -> chatd.v1.Chat
-	33, // 19: chatd.v1.CompactChatResponse.chat:type_name -> chatd.v1.Chat
-	33, // 20: chatd.v1.ClearChatResponse.chat:type_name -> chatd.v1.Chat
-	33, // 21: chatd.v1.ReconcileInvalidChatResponse.chat:type_name -> chatd.v1.Chat
-	37, // 22: chatd.v1.ListModelsResponse.model_configs:type_name -> chatd.v1.ModelConfig
-	38, // 23: chatd.v1.ListModelsResponse.providers:type_name -> chatd.v1.ProviderAvailability
-	1,  // 24: chatd.v1.ChatService.CreateChat:input_type -> chatd.v1.CreateChatRequest
-	3,  // 25: chatd.v1.ChatService.GetChat:input_type -> chatd.v1.GetChatRequest
-	5,  // 26: chatd.v1.ChatService.ListChats:input_type -> chatd.v1.ListChatsRequest
-	7,  // 27: chatd.v1.ChatService.UpdateChat:input_type -> chatd.v1.UpdateChatRequest
-	9,  // 28: chatd.v1.ChatService.ListMessages:input_type -> chatd.v1.ListMessagesRequest
-	11, // 29: chatd.v1.ChatService.SendMessage:input_type -> chatd.v1.SendMessageRequest
-	13, // 30: chatd.v1.ChatService.EditMessage:input_type -> chatd.v1.EditMessageRequest
-	15, // 31: chatd.v1.ChatService.DeleteQueuedMessage:input_type -> chatd.v1.DeleteQueuedMessageRequest
-	17, // 32: chatd.v1.ChatService.PromoteQueuedMessage:input_type -> chatd.v1.PromoteQueuedMessageRequest
-	19, // 33: chatd.v1.ChatService.InterruptChat:input_type -> chatd.v1.InterruptChatRequest
-	21, // 34: chatd.v1.ChatService.SubmitToolResults:input_type -> chatd.v1.SubmitToolResultsRequest
-	23, // 35: chatd.v1.ChatService.CompactChat:input_type -> chatd.v1.CompactChatRequest
-	25, // 36: chatd.v1.ChatService.ClearChat:input_type -> chatd.v1.ClearChatRequest
-	27, // 37: chatd.v1.ChatService.ReconcileInvalidChat:input_type -> chatd.v1.ReconcileInvalidChatRequest
-	29, // 38: chatd.v1.ChatService.ListModels:input_type -> chatd.v1.ListModelsRequest
-	2,  // 39: chatd.v1.ChatService.CreateChat:output_type -> chatd.v1.CreateChatResponse
-	4,  // 40: chatd.v1.ChatService.GetChat:output_type -> chatd.v1.GetChatResponse
-	6,  // 41: chatd.v1.ChatService.ListChats:output_type -> chatd.v1.ListChatsResponse
-	8,  // 42: chatd.v1.ChatService.UpdateChat:output_type -> chatd.v1.UpdateChatResponse
-	10, // 43: chatd.v1.ChatService.ListMessages:output_type -> chatd.v1.ListMessagesResponse
-	12, // 44: chatd.v1.ChatService.SendMessage:output_type -> chatd.v1.SendMessageResponse
-	14, // 45: chatd.v1.ChatService.EditMessage:output_type -> chatd.v1.EditMessageResponse
-	16, // 46: chatd.v1.ChatService.DeleteQueuedMessage:output_type -> chatd.v1.DeleteQueuedMessageResponse
-	18, // 47: chatd.v1.ChatService.PromoteQueuedMessage:output_type -> chatd.v1.PromoteQueuedMessageResponse
-	20, // 48: chatd.v1.ChatService.InterruptChat:output_type -> chatd.v1.InterruptChatResponse
-	22, // 49: chatd.v1.ChatService.SubmitToolResults:output_type -> chatd.v1.SubmitToolResultsResponse
-	24, // 50: chatd.v1.ChatService.CompactChat:output_type -> chatd.v1.CompactChatResponse
-	26, // 51: chatd.v1.ChatService.ClearChat:output_type -> chatd.v1.ClearChatResponse
-	28, // 52: chatd.v1.ChatService.ReconcileInvalidChat:output_type -> chatd.v1.ReconcileInvalidChatResponse
-	30, // 53: chatd.v1.ChatService.ListModels:output_type -> chatd.v1.ListModelsResponse
-	39, // [39:54] is the sub-list for method output_type
-	24, // [24:39] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	46, // 0: chatd.v1.CreateChatRequest.content:type_name -> chatd.v1.MessagePart
+	47, // 1: chatd.v1.CreateChatRequest.dynamic_tools:type_name -> chatd.v1.DynamicTool
+	48, // 2: chatd.v1.CreateChatResponse.chat:type_name -> chatd.v1.Chat
+	48, // 3: chatd.v1.GetChatResponse.chat:type_name -> chatd.v1.Chat
+	48, // 4: chatd.v1.ListChatsResponse.chats:type_name -> chatd.v1.Chat
+	48, // 5: chatd.v1.UpdateChatResponse.chat:type_name -> chatd.v1.Chat
+	49, // 6: chatd.v1.ListMessagesResponse.messages:type_name -> chatd.v1.Message
+	50, // 7: chatd.v1.ListMessagesResponse.queued_messages:type_name -> chatd.v1.QueuedMessage
+	46, // 8: chatd.v1.SendMessageRequest.content:type_name -> chatd.v1.MessagePart
+	49, // 9: chatd.v1.SendMessageResponse.message:type_name -> chatd.v1.Message
+	49, // 10: chatd.v1.SendMessageResponse.messages:type_name -> chatd.v1.Message
+	50, // 11: chatd.v1.SendMessageResponse.queued_message:type_name -> chatd.v1.QueuedMessage
+	46, // 12: chatd.v1.EditMessageRequest.content:type_name -> chatd.v1.MessagePart
+	49, // 13: chatd.v1.EditMessageResponse.messages:type_name -> chatd.v1.Message
+	48, // 14: chatd.v1.DeleteQueuedMessageResponse.chat:type_name -> chatd.v1.Chat
+	49, // 15: chatd.v1.PromoteQueuedMessageResponse.message:type_name -> chatd.v1.Message
+	48, // 16: chatd.v1.PromoteQueuedMessageResponse.chat:type_name -> chatd.v1.Chat
+	48, // 17: chatd.v1.InterruptChatResponse.chat:type_name -> chatd.v1.Chat
+	51, // 18: chatd.v1.SubmitToolResultsRequest.results:type_name -> chatd.v1.ToolResult
+	48, // 19: chatd.v1.SubmitToolResultsResponse.chat:type_name -> chatd.v1.Chat
+	48, // 20: chatd.v1.CompactChatResponse.chat:type_name -> chatd.v1.Chat
+	48, // 21: chatd.v1.ClearChatResponse.chat:type_name -> chatd.v1.Chat
+	48, // 22: chatd.v1.ReconcileInvalidChatResponse.chat:type_name -> chatd.v1.Chat
+	52, // 23: chatd.v1.ListModelsResponse.model_configs:type_name -> chatd.v1.ModelConfig
+	53, // 24: chatd.v1.ListModelsResponse.providers:type_name -> chatd.v1.ProviderDescriptor
+	54, // 25: chatd.v1.ListProvidersResponse.providers:type_name -> chatd.v1.Provider
+	54, // 26: chatd.v1.CreateProviderResponse.provider:type_name -> chatd.v1.Provider
+	54, // 27: chatd.v1.UpdateProviderResponse.provider:type_name -> chatd.v1.Provider
+	52, // 28: chatd.v1.ListModelConfigsResponse.model_configs:type_name -> chatd.v1.ModelConfig
+	55, // 29: chatd.v1.CreateModelConfigRequest.options:type_name -> google.protobuf.Struct
+	52, // 30: chatd.v1.CreateModelConfigResponse.model_config:type_name -> chatd.v1.ModelConfig
+	55, // 31: chatd.v1.UpdateModelConfigRequest.options:type_name -> google.protobuf.Struct
+	52, // 32: chatd.v1.UpdateModelConfigResponse.model_config:type_name -> chatd.v1.ModelConfig
+	0,  // 33: chatd.v1.ChatService.CreateChat:input_type -> chatd.v1.CreateChatRequest
+	2,  // 34: chatd.v1.ChatService.GetChat:input_type -> chatd.v1.GetChatRequest
+	4,  // 35: chatd.v1.ChatService.ListChats:input_type -> chatd.v1.ListChatsRequest
+	6,  // 36: chatd.v1.ChatService.UpdateChat:input_type -> chatd.v1.UpdateChatRequest
+	8,  // 37: chatd.v1.ChatService.ListMessages:input_type -> chatd.v1.ListMessagesRequest
+	10, // 38: chatd.v1.ChatService.SendMessage:input_type -> chatd.v1.SendMessageRequest
+	12, // 39: chatd.v1.ChatService.EditMessage:input_type -> chatd.v1.EditMessageRequest
+	14, // 40: chatd.v1.ChatService.DeleteQueuedMessage:input_type -> chatd.v1.DeleteQueuedMessageRequest
+	16, // 41: chatd.v1.ChatService.PromoteQueuedMessage:input_type -> chatd.v1.PromoteQueuedMessageRequest
+	18, // 42: chatd.v1.ChatService.InterruptChat:input_type -> chatd.v1.InterruptChatRequest
+	20, // 43: chatd.v1.ChatService.SubmitToolResults:input_type -> chatd.v1.SubmitToolResultsRequest
+	22, // 44: chatd.v1.ChatService.CompactChat:input_type -> chatd.v1.CompactChatRequest
+	24, // 45: chatd.v1.ChatService.ClearChat:input_type -> chatd.v1.ClearChatRequest
+	26, // 46: chatd.v1.ChatService.ReconcileInvalidChat:input_type -> chatd.v1.ReconcileInvalidChatRequest
+	28, // 47: chatd.v1.ChatService.ListModels:input_type -> chatd.v1.ListModelsRequest
+	30, // 48: chatd.v1.ChatService.ListProviders:input_type -> chatd.v1.ListProvidersRequest
+	32, // 49: chatd.v1.ChatService.CreateProvider:input_type -> chatd.v1.CreateProviderRequest
+	34, // 50: chatd.v1.ChatService.UpdateProvider:input_type -> chatd.v1.UpdateProviderRequest
+	36, // 51: chatd.v1.ChatService.DeleteProvider:input_type -> chatd.v1.DeleteProviderRequest
+	38, // 52: chatd.v1.ChatService.ListModelConfigs:input_type -> chatd.v1.ListModelConfigsRequest
+	40, // 53: chatd.v1.ChatService.CreateModelConfig:input_type -> chatd.v1.CreateModelConfigRequest
+	42, // 54: chatd.v1.ChatService.UpdateModelConfig:input_type -> chatd.v1.UpdateModelConfigRequest
+	44, // 55: chatd.v1.ChatService.DeleteModelConfig:input_type -> chatd.v1.DeleteModelConfigRequest
+	1,  // 56: chatd.v1.ChatService.CreateChat:output_type -> chatd.v1.CreateChatResponse
+	3,  // 57: chatd.v1.ChatService.GetChat:output_type -> chatd.v1.GetChatResponse
+	5,  // 58: chatd.v1.ChatService.ListChats:output_type -> chatd.v1.ListChatsResponse
+	7,  // 59: chatd.v1.ChatService.UpdateChat:output_type -> chatd.v1.UpdateChatResponse
+	9,  // 60: chatd.v1.ChatService.ListMessages:output_type -> chatd.v1.ListMessagesResponse
+	11, // 61: chatd.v1.ChatService.SendMessage:output_type -> chatd.v1.SendMessageResponse
+	13, // 62: chatd.v1.ChatService.EditMessage:output_type -> chatd.v1.EditMessageResponse
+	15, // 63: chatd.v1.ChatService.DeleteQueuedMessage:output_type -> chatd.v1.DeleteQueuedMessageResponse
+	17, // 64: chatd.v1.ChatService.PromoteQueuedMessage:output_type -> chatd.v1.PromoteQueuedMessageResponse
+	19, // 65: chatd.v1.ChatService.InterruptChat:output_type -> chatd.v1.InterruptChatResponse
+	21, // 66: chatd.v1.ChatService.SubmitToolResults:output_type -> chatd.v1.SubmitToolResultsResponse
+	23, // 67: chatd.v1.ChatService.CompactChat:output_type -> chatd.v1.CompactChatResponse
+	25, // 68: chatd.v1.ChatService.ClearChat:output_type -> chatd.v1.ClearChatResponse
+	27, // 69: chatd.v1.ChatService.ReconcileInvalidChat:output_type -> chatd.v1.ReconcileInvalidChatResponse
+	29, // 70: chatd.v1.ChatService.ListModels:output_type -> chatd.v1.ListModelsResponse
+	31, // 71: chatd.v1.ChatService.ListProviders:output_type -> chatd.v1.ListProvidersResponse
+	33, // 72: chatd.v1.ChatService.CreateProvider:output_type -> chatd.v1.CreateProviderResponse
+	35, // 73: chatd.v1.ChatService.UpdateProvider:output_type -> chatd.v1.UpdateProviderResponse
+	37, // 74: chatd.v1.ChatService.DeleteProvider:output_type -> chatd.v1.DeleteProviderResponse
+	39, // 75: chatd.v1.ChatService.ListModelConfigs:output_type -> chatd.v1.ListModelConfigsResponse
+	41, // 76: chatd.v1.ChatService.CreateModelConfig:output_type -> chatd.v1.CreateModelConfigResponse
+	43, // 77: chatd.v1.ChatService.UpdateModelConfig:output_type -> chatd.v1.UpdateModelConfigResponse
+	45, // 78: chatd.v1.ChatService.DeleteModelConfig:output_type -> chatd.v1.DeleteModelConfigResponse
+	56, // [56:79] is the sub-list for method output_type
+	33, // [33:56] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_chatd_v1_chat_service_proto_init() }
@@ -1841,19 +2870,22 @@ func file_chatd_v1_chat_service_proto_init() {
 	file_chatd_v1_chat_service_proto_msgTypes[4].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[6].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[10].OneofWrappers = []any{}
+	file_chatd_v1_chat_service_proto_msgTypes[32].OneofWrappers = []any{}
+	file_chatd_v1_chat_service_proto_msgTypes[34].OneofWrappers = []any{}
+	file_chatd_v1_chat_service_proto_msgTypes[40].OneofWrappers = []any{}
+	file_chatd_v1_chat_service_proto_msgTypes[42].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chatd_v1_chat_service_proto_rawDesc), len(file_chatd_v1_chat_service_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   30,
+			NumEnums:      0,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_chatd_v1_chat_service_proto_goTypes,
 		DependencyIndexes: file_chatd_v1_chat_service_proto_depIdxs,
-		EnumInfos:         file_chatd_v1_chat_service_proto_enumTypes,
 		MessageInfos:      file_chatd_v1_chat_service_proto_msgTypes,
 	}.Build()
 	File_chatd_v1_chat_service_proto = out.File

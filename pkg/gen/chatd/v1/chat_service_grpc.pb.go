@@ -34,6 +34,14 @@ const (
 	ChatService_ClearChat_FullMethodName            = "/chatd.v1.ChatService/ClearChat"
 	ChatService_ReconcileInvalidChat_FullMethodName = "/chatd.v1.ChatService/ReconcileInvalidChat"
 	ChatService_ListModels_FullMethodName           = "/chatd.v1.ChatService/ListModels"
+	ChatService_ListProviders_FullMethodName        = "/chatd.v1.ChatService/ListProviders"
+	ChatService_CreateProvider_FullMethodName       = "/chatd.v1.ChatService/CreateProvider"
+	ChatService_UpdateProvider_FullMethodName       = "/chatd.v1.ChatService/UpdateProvider"
+	ChatService_DeleteProvider_FullMethodName       = "/chatd.v1.ChatService/DeleteProvider"
+	ChatService_ListModelConfigs_FullMethodName     = "/chatd.v1.ChatService/ListModelConfigs"
+	ChatService_CreateModelConfig_FullMethodName    = "/chatd.v1.ChatService/CreateModelConfig"
+	ChatService_UpdateModelConfig_FullMethodName    = "/chatd.v1.ChatService/UpdateModelConfig"
+	ChatService_DeleteModelConfig_FullMethodName    = "/chatd.v1.ChatService/DeleteModelConfig"
 )
 
 // ChatServiceClient is the client API for ChatService service.
@@ -48,7 +56,8 @@ type ChatServiceClient interface {
 	CreateChat(ctx context.Context, in *CreateChatRequest, opts ...grpc.CallOption) (*CreateChatResponse, error)
 	// GetChat returns one chat. GET /api/v2/chats/{chat}
 	GetChat(ctx context.Context, in *GetChatRequest, opts ...grpc.CallOption) (*GetChatResponse, error)
-	// ListChats lists the caller's chats. GET /api/v2/chats
+	// ListChats lists the caller's chats, newest first, a page at a time.
+	// GET /api/v2/chats?archived=&page_size=&page_token=
 	ListChats(ctx context.Context, in *ListChatsRequest, opts ...grpc.CallOption) (*ListChatsResponse, error)
 	// UpdateChat sets archived (SetArchived on the whole family) and/or the
 	// title. PATCH /api/v2/chats/{chat}
@@ -62,30 +71,57 @@ type ChatServiceClient interface {
 	// EditMessage replaces a user message and truncates what followed it
 	// (EditMessage). PATCH /api/v2/chats/{chat}/messages/{message}
 	EditMessage(ctx context.Context, in *EditMessageRequest, opts ...grpc.CallOption) (*EditMessageResponse, error)
-	// DeleteQueuedMessage removes a queued message (DeleteQueuedMessage).
-	// DELETE /api/v2/chats/{chat}/queue/{queuedMessage}
+	// DeleteQueuedMessage removes a queued message (DeleteQueuedMessage) and
+	// returns the chat. DELETE /api/v2/chats/{chat}/queue/{queuedMessage}
 	DeleteQueuedMessage(ctx context.Context, in *DeleteQueuedMessageRequest, opts ...grpc.CallOption) (*DeleteQueuedMessageResponse, error)
 	// PromoteQueuedMessage sends a queued message now (PromoteQueuedMessage).
 	// POST /api/v2/chats/{chat}/queue/{queuedMessage}/promote
 	PromoteQueuedMessage(ctx context.Context, in *PromoteQueuedMessageRequest, opts ...grpc.CallOption) (*PromoteQueuedMessageResponse, error)
 	// InterruptChat stops generation (Interrupt, plus FinishInterruption when no
-	// worker owns the chat). POST /api/v2/chats/{chat}/interrupt
+	// worker owns the chat) and returns the chat.
+	// POST /api/v2/chats/{chat}/interrupt
 	InterruptChat(ctx context.Context, in *InterruptChatRequest, opts ...grpc.CallOption) (*InterruptChatResponse, error)
 	// SubmitToolResults answers pending dynamic tool calls
-	// (CompleteRequiresAction). POST /api/v2/chats/{chat}/tool-results
+	// (CompleteRequiresAction) and returns the chat.
+	// POST /api/v2/chats/{chat}/tool-results
 	SubmitToolResults(ctx context.Context, in *SubmitToolResultsRequest, opts ...grpc.CallOption) (*SubmitToolResultsResponse, error)
-	// CompactChat requests a summary of the history (RequestCompaction).
-	// POST /api/v2/chats/{chat}/compact
+	// CompactChat requests a summary of the history (RequestCompaction) and
+	// returns the chat. POST /api/v2/chats/{chat}/compact
 	CompactChat(ctx context.Context, in *CompactChatRequest, opts ...grpc.CallOption) (*CompactChatResponse, error)
-	// ClearChat hides the history from future prompts (ClearContext).
-	// POST /api/v2/chats/{chat}/clear
+	// ClearChat hides the history from future prompts (ClearContext) and
+	// returns the chat. POST /api/v2/chats/{chat}/clear
 	ClearChat(ctx context.Context, in *ClearChatRequest, opts ...grpc.CallOption) (*ClearChatResponse, error)
 	// ReconcileInvalidChat repairs a chat in an invalid state
-	// (ReconcileInvalidState). POST /api/v2/chats/{chat}/reconcile-invalid
+	// (ReconcileInvalidState) and returns the chat.
+	// POST /api/v2/chats/{chat}/reconcile-invalid
 	ReconcileInvalidChat(ctx context.Context, in *ReconcileInvalidChatRequest, opts ...grpc.CallOption) (*ReconcileInvalidChatResponse, error)
-	// ListModels lists the organization's model configs the caller may read.
+	// ListModels lists the organization's model configs the caller may read and
+	// the deployment's providers as the caller sees them.
 	// GET /api/v2/organizations/{organization}/chats/models
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
+	// ListProviders lists the deployment's providers (administrators).
+	// GET /api/v2/chats/providers
+	ListProviders(ctx context.Context, in *ListProvidersRequest, opts ...grpc.CallOption) (*ListProvidersResponse, error)
+	// CreateProvider adds a deployment provider. POST /api/v2/chats/providers
+	CreateProvider(ctx context.Context, in *CreateProviderRequest, opts ...grpc.CallOption) (*CreateProviderResponse, error)
+	// UpdateProvider changes the fields that are set.
+	// PATCH /api/v2/chats/providers/{provider}
+	UpdateProvider(ctx context.Context, in *UpdateProviderRequest, opts ...grpc.CallOption) (*UpdateProviderResponse, error)
+	// DeleteProvider removes a provider and its model configs.
+	// DELETE /api/v2/chats/providers/{provider}
+	DeleteProvider(ctx context.Context, in *DeleteProviderRequest, opts ...grpc.CallOption) (*DeleteProviderResponse, error)
+	// ListModelConfigs lists the organization's model configs (administrators).
+	// GET /api/v2/organizations/{organization}/chats/model-configs
+	ListModelConfigs(ctx context.Context, in *ListModelConfigsRequest, opts ...grpc.CallOption) (*ListModelConfigsResponse, error)
+	// CreateModelConfig adds a model config to the organization.
+	// POST /api/v2/organizations/{organization}/chats/model-configs
+	CreateModelConfig(ctx context.Context, in *CreateModelConfigRequest, opts ...grpc.CallOption) (*CreateModelConfigResponse, error)
+	// UpdateModelConfig changes the fields that are set.
+	// PATCH /api/v2/organizations/{organization}/chats/model-configs/{modelConfig}
+	UpdateModelConfig(ctx context.Context, in *UpdateModelConfigRequest, opts ...grpc.CallOption) (*UpdateModelConfigResponse, error)
+	// DeleteModelConfig removes a model config.
+	// DELETE /api/v2/organizations/{organization}/chats/model-configs/{modelConfig}
+	DeleteModelConfig(ctx context.Context, in *DeleteModelConfigRequest, opts ...grpc.CallOption) (*DeleteModelConfigResponse, error)
 }
 
 type chatServiceClient struct {
@@ -246,6 +282,86 @@ func (c *chatServiceClient) ListModels(ctx context.Context, in *ListModelsReques
 	return out, nil
 }
 
+func (c *chatServiceClient) ListProviders(ctx context.Context, in *ListProvidersRequest, opts ...grpc.CallOption) (*ListProvidersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListProvidersResponse)
+	err := c.cc.Invoke(ctx, ChatService_ListProviders_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) CreateProvider(ctx context.Context, in *CreateProviderRequest, opts ...grpc.CallOption) (*CreateProviderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateProviderResponse)
+	err := c.cc.Invoke(ctx, ChatService_CreateProvider_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) UpdateProvider(ctx context.Context, in *UpdateProviderRequest, opts ...grpc.CallOption) (*UpdateProviderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateProviderResponse)
+	err := c.cc.Invoke(ctx, ChatService_UpdateProvider_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) DeleteProvider(ctx context.Context, in *DeleteProviderRequest, opts ...grpc.CallOption) (*DeleteProviderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteProviderResponse)
+	err := c.cc.Invoke(ctx, ChatService_DeleteProvider_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) ListModelConfigs(ctx context.Context, in *ListModelConfigsRequest, opts ...grpc.CallOption) (*ListModelConfigsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListModelConfigsResponse)
+	err := c.cc.Invoke(ctx, ChatService_ListModelConfigs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) CreateModelConfig(ctx context.Context, in *CreateModelConfigRequest, opts ...grpc.CallOption) (*CreateModelConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateModelConfigResponse)
+	err := c.cc.Invoke(ctx, ChatService_CreateModelConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) UpdateModelConfig(ctx context.Context, in *UpdateModelConfigRequest, opts ...grpc.CallOption) (*UpdateModelConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateModelConfigResponse)
+	err := c.cc.Invoke(ctx, ChatService_UpdateModelConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) DeleteModelConfig(ctx context.Context, in *DeleteModelConfigRequest, opts ...grpc.CallOption) (*DeleteModelConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteModelConfigResponse)
+	err := c.cc.Invoke(ctx, ChatService_DeleteModelConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ChatServiceServer is the server API for ChatService service.
 // All implementations must embed UnimplementedChatServiceServer
 // for forward compatibility.
@@ -258,7 +374,8 @@ type ChatServiceServer interface {
 	CreateChat(context.Context, *CreateChatRequest) (*CreateChatResponse, error)
 	// GetChat returns one chat. GET /api/v2/chats/{chat}
 	GetChat(context.Context, *GetChatRequest) (*GetChatResponse, error)
-	// ListChats lists the caller's chats. GET /api/v2/chats
+	// ListChats lists the caller's chats, newest first, a page at a time.
+	// GET /api/v2/chats?archived=&page_size=&page_token=
 	ListChats(context.Context, *ListChatsRequest) (*ListChatsResponse, error)
 	// UpdateChat sets archived (SetArchived on the whole family) and/or the
 	// title. PATCH /api/v2/chats/{chat}
@@ -272,30 +389,57 @@ type ChatServiceServer interface {
 	// EditMessage replaces a user message and truncates what followed it
 	// (EditMessage). PATCH /api/v2/chats/{chat}/messages/{message}
 	EditMessage(context.Context, *EditMessageRequest) (*EditMessageResponse, error)
-	// DeleteQueuedMessage removes a queued message (DeleteQueuedMessage).
-	// DELETE /api/v2/chats/{chat}/queue/{queuedMessage}
+	// DeleteQueuedMessage removes a queued message (DeleteQueuedMessage) and
+	// returns the chat. DELETE /api/v2/chats/{chat}/queue/{queuedMessage}
 	DeleteQueuedMessage(context.Context, *DeleteQueuedMessageRequest) (*DeleteQueuedMessageResponse, error)
 	// PromoteQueuedMessage sends a queued message now (PromoteQueuedMessage).
 	// POST /api/v2/chats/{chat}/queue/{queuedMessage}/promote
 	PromoteQueuedMessage(context.Context, *PromoteQueuedMessageRequest) (*PromoteQueuedMessageResponse, error)
 	// InterruptChat stops generation (Interrupt, plus FinishInterruption when no
-	// worker owns the chat). POST /api/v2/chats/{chat}/interrupt
+	// worker owns the chat) and returns the chat.
+	// POST /api/v2/chats/{chat}/interrupt
 	InterruptChat(context.Context, *InterruptChatRequest) (*InterruptChatResponse, error)
 	// SubmitToolResults answers pending dynamic tool calls
-	// (CompleteRequiresAction). POST /api/v2/chats/{chat}/tool-results
+	// (CompleteRequiresAction) and returns the chat.
+	// POST /api/v2/chats/{chat}/tool-results
 	SubmitToolResults(context.Context, *SubmitToolResultsRequest) (*SubmitToolResultsResponse, error)
-	// CompactChat requests a summary of the history (RequestCompaction).
-	// POST /api/v2/chats/{chat}/compact
+	// CompactChat requests a summary of the history (RequestCompaction) and
+	// returns the chat. POST /api/v2/chats/{chat}/compact
 	CompactChat(context.Context, *CompactChatRequest) (*CompactChatResponse, error)
-	// ClearChat hides the history from future prompts (ClearContext).
-	// POST /api/v2/chats/{chat}/clear
+	// ClearChat hides the history from future prompts (ClearContext) and
+	// returns the chat. POST /api/v2/chats/{chat}/clear
 	ClearChat(context.Context, *ClearChatRequest) (*ClearChatResponse, error)
 	// ReconcileInvalidChat repairs a chat in an invalid state
-	// (ReconcileInvalidState). POST /api/v2/chats/{chat}/reconcile-invalid
+	// (ReconcileInvalidState) and returns the chat.
+	// POST /api/v2/chats/{chat}/reconcile-invalid
 	ReconcileInvalidChat(context.Context, *ReconcileInvalidChatRequest) (*ReconcileInvalidChatResponse, error)
-	// ListModels lists the organization's model configs the caller may read.
+	// ListModels lists the organization's model configs the caller may read and
+	// the deployment's providers as the caller sees them.
 	// GET /api/v2/organizations/{organization}/chats/models
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
+	// ListProviders lists the deployment's providers (administrators).
+	// GET /api/v2/chats/providers
+	ListProviders(context.Context, *ListProvidersRequest) (*ListProvidersResponse, error)
+	// CreateProvider adds a deployment provider. POST /api/v2/chats/providers
+	CreateProvider(context.Context, *CreateProviderRequest) (*CreateProviderResponse, error)
+	// UpdateProvider changes the fields that are set.
+	// PATCH /api/v2/chats/providers/{provider}
+	UpdateProvider(context.Context, *UpdateProviderRequest) (*UpdateProviderResponse, error)
+	// DeleteProvider removes a provider and its model configs.
+	// DELETE /api/v2/chats/providers/{provider}
+	DeleteProvider(context.Context, *DeleteProviderRequest) (*DeleteProviderResponse, error)
+	// ListModelConfigs lists the organization's model configs (administrators).
+	// GET /api/v2/organizations/{organization}/chats/model-configs
+	ListModelConfigs(context.Context, *ListModelConfigsRequest) (*ListModelConfigsResponse, error)
+	// CreateModelConfig adds a model config to the organization.
+	// POST /api/v2/organizations/{organization}/chats/model-configs
+	CreateModelConfig(context.Context, *CreateModelConfigRequest) (*CreateModelConfigResponse, error)
+	// UpdateModelConfig changes the fields that are set.
+	// PATCH /api/v2/organizations/{organization}/chats/model-configs/{modelConfig}
+	UpdateModelConfig(context.Context, *UpdateModelConfigRequest) (*UpdateModelConfigResponse, error)
+	// DeleteModelConfig removes a model config.
+	// DELETE /api/v2/organizations/{organization}/chats/model-configs/{modelConfig}
+	DeleteModelConfig(context.Context, *DeleteModelConfigRequest) (*DeleteModelConfigResponse, error)
 	mustEmbedUnimplementedChatServiceServer()
 }
 
@@ -350,6 +494,30 @@ func (UnimplementedChatServiceServer) ReconcileInvalidChat(context.Context, *Rec
 }
 func (UnimplementedChatServiceServer) ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListModels not implemented")
+}
+func (UnimplementedChatServiceServer) ListProviders(context.Context, *ListProvidersRequest) (*ListProvidersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListProviders not implemented")
+}
+func (UnimplementedChatServiceServer) CreateProvider(context.Context, *CreateProviderRequest) (*CreateProviderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateProvider not implemented")
+}
+func (UnimplementedChatServiceServer) UpdateProvider(context.Context, *UpdateProviderRequest) (*UpdateProviderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateProvider not implemented")
+}
+func (UnimplementedChatServiceServer) DeleteProvider(context.Context, *DeleteProviderRequest) (*DeleteProviderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteProvider not implemented")
+}
+func (UnimplementedChatServiceServer) ListModelConfigs(context.Context, *ListModelConfigsRequest) (*ListModelConfigsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListModelConfigs not implemented")
+}
+func (UnimplementedChatServiceServer) CreateModelConfig(context.Context, *CreateModelConfigRequest) (*CreateModelConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateModelConfig not implemented")
+}
+func (UnimplementedChatServiceServer) UpdateModelConfig(context.Context, *UpdateModelConfigRequest) (*UpdateModelConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateModelConfig not implemented")
+}
+func (UnimplementedChatServiceServer) DeleteModelConfig(context.Context, *DeleteModelConfigRequest) (*DeleteModelConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteModelConfig not implemented")
 }
 func (UnimplementedChatServiceServer) mustEmbedUnimplementedChatServiceServer() {}
 func (UnimplementedChatServiceServer) testEmbeddedByValue()                     {}
@@ -642,6 +810,150 @@ func _ChatService_ListModels_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ChatService_ListProviders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListProvidersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).ListProviders(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_ListProviders_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).ListProviders(ctx, req.(*ListProvidersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_CreateProvider_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateProviderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).CreateProvider(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_CreateProvider_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).CreateProvider(ctx, req.(*CreateProviderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_UpdateProvider_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateProviderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).UpdateProvider(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_UpdateProvider_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).UpdateProvider(ctx, req.(*UpdateProviderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_DeleteProvider_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteProviderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).DeleteProvider(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_DeleteProvider_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).DeleteProvider(ctx, req.(*DeleteProviderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_ListModelConfigs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListModelConfigsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).ListModelConfigs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_ListModelConfigs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).ListModelConfigs(ctx, req.(*ListModelConfigsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_CreateModelConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateModelConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).CreateModelConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_CreateModelConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).CreateModelConfig(ctx, req.(*CreateModelConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_UpdateModelConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateModelConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).UpdateModelConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_UpdateModelConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).UpdateModelConfig(ctx, req.(*UpdateModelConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_DeleteModelConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteModelConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).DeleteModelConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_DeleteModelConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).DeleteModelConfig(ctx, req.(*DeleteModelConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ChatService_ServiceDesc is the grpc.ServiceDesc for ChatService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -708,6 +1020,38 @@ var ChatService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListModels",
 			Handler:    _ChatService_ListModels_Handler,
+		},
+		{
+			MethodName: "ListProviders",
+			Handler:    _ChatService_ListProviders_Handler,
+		},
+		{
+			MethodName: "CreateProvider",
+			Handler:    _ChatService_CreateProvider_Handler,
+		},
+		{
+			MethodName: "UpdateProvider",
+			Handler:    _ChatService_UpdateProvider_Handler,
+		},
+		{
+			MethodName: "DeleteProvider",
+			Handler:    _ChatService_DeleteProvider_Handler,
+		},
+		{
+			MethodName: "ListModelConfigs",
+			Handler:    _ChatService_ListModelConfigs_Handler,
+		},
+		{
+			MethodName: "CreateModelConfig",
+			Handler:    _ChatService_CreateModelConfig_Handler,
+		},
+		{
+			MethodName: "UpdateModelConfig",
+			Handler:    _ChatService_UpdateModelConfig_Handler,
+		},
+		{
+			MethodName: "DeleteModelConfig",
+			Handler:    _ChatService_DeleteModelConfig_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -9,6 +9,7 @@ package chatdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -22,77 +23,27 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// MessageRole is who authored a message.
-type MessageRole int32
-
-const (
-	MessageRole_MESSAGE_ROLE_UNSPECIFIED MessageRole = 0
-	MessageRole_MESSAGE_ROLE_USER        MessageRole = 1
-	MessageRole_MESSAGE_ROLE_ASSISTANT   MessageRole = 2
-	MessageRole_MESSAGE_ROLE_TOOL        MessageRole = 3
-	MessageRole_MESSAGE_ROLE_SYSTEM      MessageRole = 4
-)
-
-// Enum value maps for MessageRole.
-var (
-	MessageRole_name = map[int32]string{
-		0: "MESSAGE_ROLE_UNSPECIFIED",
-		1: "MESSAGE_ROLE_USER",
-		2: "MESSAGE_ROLE_ASSISTANT",
-		3: "MESSAGE_ROLE_TOOL",
-		4: "MESSAGE_ROLE_SYSTEM",
-	}
-	MessageRole_value = map[string]int32{
-		"MESSAGE_ROLE_UNSPECIFIED": 0,
-		"MESSAGE_ROLE_USER":        1,
-		"MESSAGE_ROLE_ASSISTANT":   2,
-		"MESSAGE_ROLE_TOOL":        3,
-		"MESSAGE_ROLE_SYSTEM":      4,
-	}
-)
-
-func (x MessageRole) Enum() *MessageRole {
-	p := new(MessageRole)
-	*p = x
-	return p
-}
-
-func (x MessageRole) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (MessageRole) Descriptor() protoreflect.EnumDescriptor {
-	return file_chatd_v1_message_proto_enumTypes[0].Descriptor()
-}
-
-func (MessageRole) Type() protoreflect.EnumType {
-	return &file_chatd_v1_message_proto_enumTypes[0]
-}
-
-func (x MessageRole) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use MessageRole.Descriptor instead.
-func (MessageRole) EnumDescriptor() ([]byte, []int) {
-	return file_chatd_v1_message_proto_rawDescGZIP(), []int{0}
-}
-
 // Message is one committed history message.
 type Message struct {
-	state   protoimpl.MessageState `protogen:"open.v1"`
-	Id      int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	ChatId  string                 `protobuf:"bytes,2,opt,name=chat_id,json=chatId,proto3" json:"chat_id,omitempty"`
-	Role    MessageRole            `protobuf:"varint,3,opt,name=role,proto3,enum=chatd.v1.MessageRole" json:"role,omitempty"`
-	Content []*MessagePart         `protobuf:"bytes,4,rep,name=content,proto3" json:"content,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     int64                  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	ChatId string                 `protobuf:"bytes,2,opt,name=chat_id,json=chatId,proto3" json:"chat_id,omitempty"`
+	// Who authored the message: "user", "assistant", "tool" or "system".
+	Role    string         `protobuf:"bytes,3,opt,name=role,proto3" json:"role,omitempty"`
+	Content []*MessagePart `protobuf:"bytes,4,rep,name=content,proto3" json:"content,omitempty"`
 	// Set when the message was promoted from the queue: the queued message's id.
 	QueuedMessageId *int64                 `protobuf:"varint,5,opt,name=queued_message_id,json=queuedMessageId,proto3,oneof" json:"queued_message_id,omitempty"`
 	CreatedAt       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// Token usage of the model response that produced this message; unset when
-	// unknown (message fields always have presence).
-	Usage         *Usage `protobuf:"bytes,7,opt,name=usage,proto3" json:"usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// unknown.
+	Usage *Usage `protobuf:"bytes,7,opt,name=usage,proto3,oneof" json:"usage,omitempty"`
+	// The model config the message was sent with or produced by; unset when
+	// none was recorded.
+	ModelConfigId *string `protobuf:"bytes,8,opt,name=model_config_id,json=modelConfigId,proto3,oneof" json:"model_config_id,omitempty"`
+	// The reasoning effort the message was sent with; unset when none.
+	ReasoningEffort *string `protobuf:"bytes,9,opt,name=reasoning_effort,json=reasoningEffort,proto3,oneof" json:"reasoning_effort,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
@@ -139,11 +90,11 @@ func (x *Message) GetChatId() string {
 	return ""
 }
 
-func (x *Message) GetRole() MessageRole {
+func (x *Message) GetRole() string {
 	if x != nil {
 		return x.Role
 	}
-	return MessageRole_MESSAGE_ROLE_UNSPECIFIED
+	return ""
 }
 
 func (x *Message) GetContent() []*MessagePart {
@@ -172,6 +123,20 @@ func (x *Message) GetUsage() *Usage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *Message) GetModelConfigId() string {
+	if x != nil && x.ModelConfigId != nil {
+		return *x.ModelConfigId
+	}
+	return ""
+}
+
+func (x *Message) GetReasoningEffort() string {
+	if x != nil && x.ReasoningEffort != nil {
+		return *x.ReasoningEffort
+	}
+	return ""
 }
 
 // Usage is the token usage reported by the model.
@@ -227,19 +192,38 @@ func (x *Usage) GetOutputTokens() int64 {
 	return 0
 }
 
-// MessagePart is one typed piece of a message's content. The REST facade
-// renders it as an object with a "type" (text, reasoning, tool-call,
-// tool-result, file) and the fields of that type.
+// MessagePart is one typed piece of a message's content: a "type" and the
+// fields of that type. Fields a type does not use are left unset, so the REST
+// facade's JSON carries only the type's own fields.
+//
+//	type            fields
+//	"text"          text
+//	"reasoning"     text (model reasoning, "thinking")
+//	"tool-call"     tool_call_id, tool_name, args
+//	"tool-result"   tool_call_id, tool_name, result, is_error
+//	"file"          file_id, media_type, name
 type MessagePart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Types that are valid to be assigned to Part:
-	//
-	//	*MessagePart_Text
-	//	*MessagePart_Reasoning
-	//	*MessagePart_ToolCall
-	//	*MessagePart_ToolResult
-	//	*MessagePart_File
-	Part          isMessagePart_Part `protobuf_oneof:"part"`
+	// One of "text", "reasoning", "tool-call", "tool-result", "file".
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// text, reasoning: the text.
+	Text *string `protobuf:"bytes,2,opt,name=text,proto3,oneof" json:"text,omitempty"`
+	// tool-call, tool-result: the id that pairs a call with its result.
+	ToolCallId *string `protobuf:"bytes,3,opt,name=tool_call_id,json=toolCallId,proto3,oneof" json:"tool_call_id,omitempty"`
+	// tool-call, tool-result: the tool's name.
+	ToolName *string `protobuf:"bytes,4,opt,name=tool_name,json=toolName,proto3,oneof" json:"tool_name,omitempty"`
+	// tool-call: the call's arguments as a JSON value (usually an object).
+	Args *structpb.Value `protobuf:"bytes,5,opt,name=args,proto3" json:"args,omitempty"`
+	// tool-result: the tool's output as a JSON value.
+	Result *structpb.Value `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
+	// tool-result: whether the tool failed; always set on a tool-result part.
+	IsError *bool `protobuf:"varint,7,opt,name=is_error,json=isError,proto3,oneof" json:"is_error,omitempty"`
+	// file: the uploaded file's id.
+	FileId *string `protobuf:"bytes,8,opt,name=file_id,json=fileId,proto3,oneof" json:"file_id,omitempty"`
+	// file: the file's media type, e.g. "image/png".
+	MediaType *string `protobuf:"bytes,9,opt,name=media_type,json=mediaType,proto3,oneof" json:"media_type,omitempty"`
+	// file: the file's name.
+	Name          *string `protobuf:"bytes,10,opt,name=name,proto3,oneof" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -274,371 +258,72 @@ func (*MessagePart) Descriptor() ([]byte, []int) {
 	return file_chatd_v1_message_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *MessagePart) GetPart() isMessagePart_Part {
+func (x *MessagePart) GetType() string {
 	if x != nil {
-		return x.Part
-	}
-	return nil
-}
-
-func (x *MessagePart) GetText() *TextPart {
-	if x != nil {
-		if x, ok := x.Part.(*MessagePart_Text); ok {
-			return x.Text
-		}
-	}
-	return nil
-}
-
-func (x *MessagePart) GetReasoning() *ReasoningPart {
-	if x != nil {
-		if x, ok := x.Part.(*MessagePart_Reasoning); ok {
-			return x.Reasoning
-		}
-	}
-	return nil
-}
-
-func (x *MessagePart) GetToolCall() *ToolCallPart {
-	if x != nil {
-		if x, ok := x.Part.(*MessagePart_ToolCall); ok {
-			return x.ToolCall
-		}
-	}
-	return nil
-}
-
-func (x *MessagePart) GetToolResult() *ToolResultPart {
-	if x != nil {
-		if x, ok := x.Part.(*MessagePart_ToolResult); ok {
-			return x.ToolResult
-		}
-	}
-	return nil
-}
-
-func (x *MessagePart) GetFile() *FilePart {
-	if x != nil {
-		if x, ok := x.Part.(*MessagePart_File); ok {
-			return x.File
-		}
-	}
-	return nil
-}
-
-type isMessagePart_Part interface {
-	isMessagePart_Part()
-}
-
-type MessagePart_Text struct {
-	Text *TextPart `protobuf:"bytes,1,opt,name=text,proto3,oneof"`
-}
-
-type MessagePart_Reasoning struct {
-	Reasoning *ReasoningPart `protobuf:"bytes,2,opt,name=reasoning,proto3,oneof"`
-}
-
-type MessagePart_ToolCall struct {
-	ToolCall *ToolCallPart `protobuf:"bytes,3,opt,name=tool_call,json=toolCall,proto3,oneof"`
-}
-
-type MessagePart_ToolResult struct {
-	ToolResult *ToolResultPart `protobuf:"bytes,4,opt,name=tool_result,json=toolResult,proto3,oneof"`
-}
-
-type MessagePart_File struct {
-	File *FilePart `protobuf:"bytes,5,opt,name=file,proto3,oneof"`
-}
-
-func (*MessagePart_Text) isMessagePart_Part() {}
-
-func (*MessagePart_Reasoning) isMessagePart_Part() {}
-
-func (*MessagePart_ToolCall) isMessagePart_Part() {}
-
-func (*MessagePart_ToolResult) isMessagePart_Part() {}
-
-func (*MessagePart_File) isMessagePart_Part() {}
-
-// TextPart is plain text.
-type TextPart struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *TextPart) Reset() {
-	*x = TextPart{}
-	mi := &file_chatd_v1_message_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *TextPart) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*TextPart) ProtoMessage() {}
-
-func (x *TextPart) ProtoReflect() protoreflect.Message {
-	mi := &file_chatd_v1_message_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use TextPart.ProtoReflect.Descriptor instead.
-func (*TextPart) Descriptor() ([]byte, []int) {
-	return file_chatd_v1_message_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *TextPart) GetText() string {
-	if x != nil {
-		return x.Text
+		return x.Type
 	}
 	return ""
 }
 
-// ReasoningPart is model reasoning ("thinking") text.
-type ReasoningPart struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Text          string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReasoningPart) Reset() {
-	*x = ReasoningPart{}
-	mi := &file_chatd_v1_message_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReasoningPart) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReasoningPart) ProtoMessage() {}
-
-func (x *ReasoningPart) ProtoReflect() protoreflect.Message {
-	mi := &file_chatd_v1_message_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReasoningPart.ProtoReflect.Descriptor instead.
-func (*ReasoningPart) Descriptor() ([]byte, []int) {
-	return file_chatd_v1_message_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *ReasoningPart) GetText() string {
-	if x != nil {
-		return x.Text
+func (x *MessagePart) GetText() string {
+	if x != nil && x.Text != nil {
+		return *x.Text
 	}
 	return ""
 }
 
-// ToolCallPart is a model's request to call a tool.
-type ToolCallPart struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	ToolCallId string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
-	ToolName   string                 `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
-	// The call's arguments as a JSON document.
-	Args          string `protobuf:"bytes,3,opt,name=args,proto3" json:"args,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ToolCallPart) Reset() {
-	*x = ToolCallPart{}
-	mi := &file_chatd_v1_message_proto_msgTypes[5]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ToolCallPart) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ToolCallPart) ProtoMessage() {}
-
-func (x *ToolCallPart) ProtoReflect() protoreflect.Message {
-	mi := &file_chatd_v1_message_proto_msgTypes[5]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ToolCallPart.ProtoReflect.Descriptor instead.
-func (*ToolCallPart) Descriptor() ([]byte, []int) {
-	return file_chatd_v1_message_proto_rawDescGZIP(), []int{5}
-}
-
-func (x *ToolCallPart) GetToolCallId() string {
-	if x != nil {
-		return x.ToolCallId
+func (x *MessagePart) GetToolCallId() string {
+	if x != nil && x.ToolCallId != nil {
+		return *x.ToolCallId
 	}
 	return ""
 }
 
-func (x *ToolCallPart) GetToolName() string {
-	if x != nil {
-		return x.ToolName
+func (x *MessagePart) GetToolName() string {
+	if x != nil && x.ToolName != nil {
+		return *x.ToolName
 	}
 	return ""
 }
 
-func (x *ToolCallPart) GetArgs() string {
+func (x *MessagePart) GetArgs() *structpb.Value {
 	if x != nil {
 		return x.Args
 	}
-	return ""
+	return nil
 }
 
-// ToolResultPart is the outcome of a tool call.
-type ToolResultPart struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	ToolCallId string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
-	ToolName   string                 `protobuf:"bytes,2,opt,name=tool_name,json=toolName,proto3" json:"tool_name,omitempty"`
-	// The result as a JSON document.
-	Result        string `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
-	IsError       bool   `protobuf:"varint,4,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ToolResultPart) Reset() {
-	*x = ToolResultPart{}
-	mi := &file_chatd_v1_message_proto_msgTypes[6]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ToolResultPart) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ToolResultPart) ProtoMessage() {}
-
-func (x *ToolResultPart) ProtoReflect() protoreflect.Message {
-	mi := &file_chatd_v1_message_proto_msgTypes[6]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ToolResultPart.ProtoReflect.Descriptor instead.
-func (*ToolResultPart) Descriptor() ([]byte, []int) {
-	return file_chatd_v1_message_proto_rawDescGZIP(), []int{6}
-}
-
-func (x *ToolResultPart) GetToolCallId() string {
-	if x != nil {
-		return x.ToolCallId
-	}
-	return ""
-}
-
-func (x *ToolResultPart) GetToolName() string {
-	if x != nil {
-		return x.ToolName
-	}
-	return ""
-}
-
-func (x *ToolResultPart) GetResult() string {
+func (x *MessagePart) GetResult() *structpb.Value {
 	if x != nil {
 		return x.Result
 	}
-	return ""
+	return nil
 }
 
-func (x *ToolResultPart) GetIsError() bool {
-	if x != nil {
-		return x.IsError
+func (x *MessagePart) GetIsError() bool {
+	if x != nil && x.IsError != nil {
+		return *x.IsError
 	}
 	return false
 }
 
-// FilePart references an uploaded file.
-type FilePart struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FileId        string                 `protobuf:"bytes,1,opt,name=file_id,json=fileId,proto3" json:"file_id,omitempty"`
-	MediaType     string                 `protobuf:"bytes,2,opt,name=media_type,json=mediaType,proto3" json:"media_type,omitempty"`
-	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *FilePart) Reset() {
-	*x = FilePart{}
-	mi := &file_chatd_v1_message_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *FilePart) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*FilePart) ProtoMessage() {}
-
-func (x *FilePart) ProtoReflect() protoreflect.Message {
-	mi := &file_chatd_v1_message_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use FilePart.ProtoReflect.Descriptor instead.
-func (*FilePart) Descriptor() ([]byte, []int) {
-	return file_chatd_v1_message_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *FilePart) GetFileId() string {
-	if x != nil {
-		return x.FileId
+func (x *MessagePart) GetFileId() string {
+	if x != nil && x.FileId != nil {
+		return *x.FileId
 	}
 	return ""
 }
 
-func (x *FilePart) GetMediaType() string {
-	if x != nil {
-		return x.MediaType
+func (x *MessagePart) GetMediaType() string {
+	if x != nil && x.MediaType != nil {
+		return *x.MediaType
 	}
 	return ""
 }
 
-func (x *FilePart) GetName() string {
-	if x != nil {
-		return x.Name
+func (x *MessagePart) GetName() string {
+	if x != nil && x.Name != nil {
+		return *x.Name
 	}
 	return ""
 }
@@ -652,15 +337,19 @@ type QueuedMessage struct {
 	// Position in the queue; the head has the lowest position.
 	Position  int64                  `protobuf:"varint,4,opt,name=position,proto3" json:"position,omitempty"`
 	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	// The user who queued the message.
-	CreatedBy     string `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3" json:"created_by,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The user who queued the message; unset when unknown.
+	CreatedBy *string `protobuf:"bytes,6,opt,name=created_by,json=createdBy,proto3,oneof" json:"created_by,omitempty"`
+	// The model config the message will be sent with; unset for the chat's.
+	ModelConfigId *string `protobuf:"bytes,7,opt,name=model_config_id,json=modelConfigId,proto3,oneof" json:"model_config_id,omitempty"`
+	// The reasoning effort the message will be sent with; unset for none.
+	ReasoningEffort *string `protobuf:"bytes,8,opt,name=reasoning_effort,json=reasoningEffort,proto3,oneof" json:"reasoning_effort,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *QueuedMessage) Reset() {
 	*x = QueuedMessage{}
-	mi := &file_chatd_v1_message_proto_msgTypes[8]
+	mi := &file_chatd_v1_message_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +361,7 @@ func (x *QueuedMessage) String() string {
 func (*QueuedMessage) ProtoMessage() {}
 
 func (x *QueuedMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_chatd_v1_message_proto_msgTypes[8]
+	mi := &file_chatd_v1_message_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +374,7 @@ func (x *QueuedMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuedMessage.ProtoReflect.Descriptor instead.
 func (*QueuedMessage) Descriptor() ([]byte, []int) {
-	return file_chatd_v1_message_proto_rawDescGZIP(), []int{8}
+	return file_chatd_v1_message_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *QueuedMessage) GetId() int64 {
@@ -724,8 +413,22 @@ func (x *QueuedMessage) GetCreatedAt() *timestamppb.Timestamp {
 }
 
 func (x *QueuedMessage) GetCreatedBy() string {
-	if x != nil {
-		return x.CreatedBy
+	if x != nil && x.CreatedBy != nil {
+		return *x.CreatedBy
+	}
+	return ""
+}
+
+func (x *QueuedMessage) GetModelConfigId() string {
+	if x != nil && x.ModelConfigId != nil {
+		return *x.ModelConfigId
+	}
+	return ""
+}
+
+func (x *QueuedMessage) GetReasoningEffort() string {
+	if x != nil && x.ReasoningEffort != nil {
+		return *x.ReasoningEffort
 	}
 	return ""
 }
@@ -734,63 +437,62 @@ var File_chatd_v1_message_proto protoreflect.FileDescriptor
 
 const file_chatd_v1_message_proto_rawDesc = "" +
 	"\n" +
-	"\x16chatd/v1/message.proto\x12\bchatd.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\x02\n" +
+	"\x16chatd/v1/message.proto\x12\bchatd.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x03\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x17\n" +
-	"\achat_id\x18\x02 \x01(\tR\x06chatId\x12)\n" +
-	"\x04role\x18\x03 \x01(\x0e2\x15.chatd.v1.MessageRoleR\x04role\x12/\n" +
+	"\achat_id\x18\x02 \x01(\tR\x06chatId\x12\x12\n" +
+	"\x04role\x18\x03 \x01(\tR\x04role\x12/\n" +
 	"\acontent\x18\x04 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\x12/\n" +
 	"\x11queued_message_id\x18\x05 \x01(\x03H\x00R\x0fqueuedMessageId\x88\x01\x01\x129\n" +
 	"\n" +
-	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12%\n" +
-	"\x05usage\x18\a \x01(\v2\x0f.chatd.v1.UsageR\x05usageB\x14\n" +
-	"\x12_queued_message_id\"Q\n" +
+	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12*\n" +
+	"\x05usage\x18\a \x01(\v2\x0f.chatd.v1.UsageH\x01R\x05usage\x88\x01\x01\x12+\n" +
+	"\x0fmodel_config_id\x18\b \x01(\tH\x02R\rmodelConfigId\x88\x01\x01\x12.\n" +
+	"\x10reasoning_effort\x18\t \x01(\tH\x03R\x0freasoningEffort\x88\x01\x01B\x14\n" +
+	"\x12_queued_message_idB\b\n" +
+	"\x06_usageB\x12\n" +
+	"\x10_model_config_idB\x13\n" +
+	"\x11_reasoning_effort\"Q\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12#\n" +
-	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"\x96\x02\n" +
-	"\vMessagePart\x12(\n" +
-	"\x04text\x18\x01 \x01(\v2\x12.chatd.v1.TextPartH\x00R\x04text\x127\n" +
-	"\treasoning\x18\x02 \x01(\v2\x17.chatd.v1.ReasoningPartH\x00R\treasoning\x125\n" +
-	"\ttool_call\x18\x03 \x01(\v2\x16.chatd.v1.ToolCallPartH\x00R\btoolCall\x12;\n" +
-	"\vtool_result\x18\x04 \x01(\v2\x18.chatd.v1.ToolResultPartH\x00R\n" +
-	"toolResult\x12(\n" +
-	"\x04file\x18\x05 \x01(\v2\x12.chatd.v1.FilePartH\x00R\x04fileB\x06\n" +
-	"\x04part\"\x1e\n" +
-	"\bTextPart\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"#\n" +
-	"\rReasoningPart\x12\x12\n" +
-	"\x04text\x18\x01 \x01(\tR\x04text\"a\n" +
-	"\fToolCallPart\x12 \n" +
-	"\ftool_call_id\x18\x01 \x01(\tR\n" +
-	"toolCallId\x12\x1b\n" +
-	"\ttool_name\x18\x02 \x01(\tR\btoolName\x12\x12\n" +
-	"\x04args\x18\x03 \x01(\tR\x04args\"\x82\x01\n" +
-	"\x0eToolResultPart\x12 \n" +
-	"\ftool_call_id\x18\x01 \x01(\tR\n" +
-	"toolCallId\x12\x1b\n" +
-	"\ttool_name\x18\x02 \x01(\tR\btoolName\x12\x16\n" +
-	"\x06result\x18\x03 \x01(\tR\x06result\x12\x19\n" +
-	"\bis_error\x18\x04 \x01(\bR\aisError\"V\n" +
-	"\bFilePart\x12\x17\n" +
-	"\afile_id\x18\x01 \x01(\tR\x06fileId\x12\x1d\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"\xb3\x03\n" +
+	"\vMessagePart\x12\x12\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x17\n" +
+	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12%\n" +
+	"\ftool_call_id\x18\x03 \x01(\tH\x01R\n" +
+	"toolCallId\x88\x01\x01\x12 \n" +
+	"\ttool_name\x18\x04 \x01(\tH\x02R\btoolName\x88\x01\x01\x12*\n" +
+	"\x04args\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x04args\x12.\n" +
+	"\x06result\x18\x06 \x01(\v2\x16.google.protobuf.ValueR\x06result\x12\x1e\n" +
+	"\bis_error\x18\a \x01(\bH\x03R\aisError\x88\x01\x01\x12\x1c\n" +
+	"\afile_id\x18\b \x01(\tH\x04R\x06fileId\x88\x01\x01\x12\"\n" +
 	"\n" +
-	"media_type\x18\x02 \x01(\tR\tmediaType\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"\xdf\x01\n" +
+	"media_type\x18\t \x01(\tH\x05R\tmediaType\x88\x01\x01\x12\x17\n" +
+	"\x04name\x18\n" +
+	" \x01(\tH\x06R\x04name\x88\x01\x01B\a\n" +
+	"\x05_textB\x0f\n" +
+	"\r_tool_call_idB\f\n" +
+	"\n" +
+	"_tool_nameB\v\n" +
+	"\t_is_errorB\n" +
+	"\n" +
+	"\b_file_idB\r\n" +
+	"\v_media_typeB\a\n" +
+	"\x05_name\"\xf9\x02\n" +
 	"\rQueuedMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x17\n" +
 	"\achat_id\x18\x02 \x01(\tR\x06chatId\x12/\n" +
 	"\acontent\x18\x03 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\x12\x1a\n" +
 	"\bposition\x18\x04 \x01(\x03R\bposition\x129\n" +
 	"\n" +
-	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1d\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\"\n" +
 	"\n" +
-	"created_by\x18\x06 \x01(\tR\tcreatedBy*\x8e\x01\n" +
-	"\vMessageRole\x12\x1c\n" +
-	"\x18MESSAGE_ROLE_UNSPECIFIED\x10\x00\x12\x15\n" +
-	"\x11MESSAGE_ROLE_USER\x10\x01\x12\x1a\n" +
-	"\x16MESSAGE_ROLE_ASSISTANT\x10\x02\x12\x15\n" +
-	"\x11MESSAGE_ROLE_TOOL\x10\x03\x12\x17\n" +
-	"\x13MESSAGE_ROLE_SYSTEM\x10\x04B1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
+	"created_by\x18\x06 \x01(\tH\x00R\tcreatedBy\x88\x01\x01\x12+\n" +
+	"\x0fmodel_config_id\x18\a \x01(\tH\x01R\rmodelConfigId\x88\x01\x01\x12.\n" +
+	"\x10reasoning_effort\x18\b \x01(\tH\x02R\x0freasoningEffort\x88\x01\x01B\r\n" +
+	"\v_created_byB\x12\n" +
+	"\x10_model_config_idB\x13\n" +
+	"\x11_reasoning_effortB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
 
 var (
 	file_chatd_v1_message_proto_rawDescOnce sync.Once
@@ -804,38 +506,28 @@ func file_chatd_v1_message_proto_rawDescGZIP() []byte {
 	return file_chatd_v1_message_proto_rawDescData
 }
 
-var file_chatd_v1_message_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_chatd_v1_message_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_chatd_v1_message_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_chatd_v1_message_proto_goTypes = []any{
-	(MessageRole)(0),              // 0: chatd.v1.MessageRole
-	(*Message)(nil),               // 1: chatd.v1.Message
-	(*Usage)(nil),                 // 2: chatd.v1.Usage
-	(*MessagePart)(nil),           // 3: chatd.v1.MessagePart
-	(*TextPart)(nil),              // 4: chatd.v1.TextPart
-	(*ReasoningPart)(nil),         // 5: chatd.v1.ReasoningPart
-	(*ToolCallPart)(nil),          // 6: chatd.v1.ToolCallPart
-	(*ToolResultPart)(nil),        // 7: chatd.v1.ToolResultPart
-	(*FilePart)(nil),              // 8: chatd.v1.FilePart
-	(*QueuedMessage)(nil),         // 9: chatd.v1.QueuedMessage
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*Message)(nil),               // 0: chatd.v1.Message
+	(*Usage)(nil),                 // 1: chatd.v1.Usage
+	(*MessagePart)(nil),           // 2: chatd.v1.MessagePart
+	(*QueuedMessage)(nil),         // 3: chatd.v1.QueuedMessage
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 5: google.protobuf.Value
 }
 var file_chatd_v1_message_proto_depIdxs = []int32{
-	0,  // 0: chatd.v1.Message.role:type_name -> chatd.v1.MessageRole
-	3,  // 1: chatd.v1.Message.content:type_name -> chatd.v1.MessagePart
-	10, // 2: chatd.v1.Message.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 3: chatd.v1.Message.usage:type_name -> chatd.v1.Usage
-	4,  // 4: chatd.v1.MessagePart.text:type_name -> chatd.v1.TextPart
-	5,  // 5: chatd.v1.MessagePart.reasoning:type_name -> chatd.v1.ReasoningPart
-	6,  // 6: chatd.v1.MessagePart.tool_call:type_name -> chatd.v1.ToolCallPart
-	7,  // 7: chatd.v1.MessagePart.tool_result:type_name -> chatd.v1.ToolResultPart
-	8,  // 8: chatd.v1.MessagePart.file:type_name -> chatd.v1.FilePart
-	3,  // 9: chatd.v1.QueuedMessage.content:type_name -> chatd.v1.MessagePart
-	10, // 10: chatd.v1.QueuedMessage.created_at:type_name -> google.protobuf.Timestamp
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	2, // 0: chatd.v1.Message.content:type_name -> chatd.v1.MessagePart
+	4, // 1: chatd.v1.Message.created_at:type_name -> google.protobuf.Timestamp
+	1, // 2: chatd.v1.Message.usage:type_name -> chatd.v1.Usage
+	5, // 3: chatd.v1.MessagePart.args:type_name -> google.protobuf.Value
+	5, // 4: chatd.v1.MessagePart.result:type_name -> google.protobuf.Value
+	2, // 5: chatd.v1.QueuedMessage.content:type_name -> chatd.v1.MessagePart
+	4, // 6: chatd.v1.QueuedMessage.created_at:type_name -> google.protobuf.Timestamp
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_chatd_v1_message_proto_init() }
@@ -844,26 +536,20 @@ func file_chatd_v1_message_proto_init() {
 		return
 	}
 	file_chatd_v1_message_proto_msgTypes[0].OneofWrappers = []any{}
-	file_chatd_v1_message_proto_msgTypes[2].OneofWrappers = []any{
-		(*MessagePart_Text)(nil),
-		(*MessagePart_Reasoning)(nil),
-		(*MessagePart_ToolCall)(nil),
-		(*MessagePart_ToolResult)(nil),
-		(*MessagePart_File)(nil),
-	}
+	file_chatd_v1_message_proto_msgTypes[2].OneofWrappers = []any{}
+	file_chatd_v1_message_proto_msgTypes[3].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chatd_v1_message_proto_rawDesc), len(file_chatd_v1_message_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   9,
+			NumEnums:      0,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_chatd_v1_message_proto_goTypes,
 		DependencyIndexes: file_chatd_v1_message_proto_depIdxs,
-		EnumInfos:         file_chatd_v1_message_proto_enumTypes,
 		MessageInfos:      file_chatd_v1_message_proto_msgTypes,
 	}.Build()
 	File_chatd_v1_message_proto = out.File

@@ -9,6 +9,8 @@ package chatdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -21,21 +23,28 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// ModelConfig is an organization's configured model as the caller may read it.
-// Credentials, endpoints and custom headers are never exposed.
+// ModelConfig is an organization's configured model. Credentials, endpoints
+// and custom headers live on the provider and are never exposed here.
 type ModelConfig struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Id             string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	OrganizationId string                 `protobuf:"bytes,2,opt,name=organization_id,json=organizationId,proto3" json:"organization_id,omitempty"`
-	// Provider type, e.g. "scripted", "openai", "anthropic", "openai-compat".
-	Provider string `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
+	// The deployment provider that serves the model.
+	ProviderId string `protobuf:"bytes,3,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	// The provider's model name.
 	Model       string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
 	DisplayName string `protobuf:"bytes,5,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
 	Enabled     bool   `protobuf:"varint,6,opt,name=enabled,proto3" json:"enabled,omitempty"`
-	IsDefault   bool   `protobuf:"varint,7,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
+	// At most one enabled model config per organization is the default.
+	IsDefault bool `protobuf:"varint,7,opt,name=is_default,json=isDefault,proto3" json:"is_default,omitempty"`
 	// Context window in tokens; 0 when unknown.
-	ContextLimit  int64 `protobuf:"varint,8,opt,name=context_limit,json=contextLimit,proto3" json:"context_limit,omitempty"`
+	ContextLimit int64 `protobuf:"varint,8,opt,name=context_limit,json=contextLimit,proto3" json:"context_limit,omitempty"`
+	// Percentage (0-100) of context_limit at which the history is compacted.
+	CompressionThreshold int32 `protobuf:"varint,9,opt,name=compression_threshold,json=compressionThreshold,proto3" json:"compression_threshold,omitempty"`
+	// Provider-specific model options as a JSON object.
+	Options       *structpb.Struct       `protobuf:"bytes,10,opt,name=options,proto3" json:"options,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -84,9 +93,9 @@ func (x *ModelConfig) GetOrganizationId() string {
 	return ""
 }
 
-func (x *ModelConfig) GetProvider() string {
+func (x *ModelConfig) GetProviderId() string {
 	if x != nil {
-		return x.Provider
+		return x.ProviderId
 	}
 	return ""
 }
@@ -126,32 +135,65 @@ func (x *ModelConfig) GetContextLimit() int64 {
 	return 0
 }
 
-// ProviderAvailability says whether the caller can use a provider, from
-// deployment credentials or the caller's own keys.
-type ProviderAvailability struct {
-	state     protoimpl.MessageState `protogen:"open.v1"`
-	Provider  string                 `protobuf:"bytes,1,opt,name=provider,proto3" json:"provider,omitempty"`
-	Available bool                   `protobuf:"varint,2,opt,name=available,proto3" json:"available,omitempty"`
-	// Why the provider is unavailable; empty when available.
-	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+func (x *ModelConfig) GetCompressionThreshold() int32 {
+	if x != nil {
+		return x.CompressionThreshold
+	}
+	return 0
 }
 
-func (x *ProviderAvailability) Reset() {
-	*x = ProviderAvailability{}
+func (x *ModelConfig) GetOptions() *structpb.Struct {
+	if x != nil {
+		return x.Options
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ModelConfig) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
+}
+
+// ProviderDescriptor is a deployment provider as any organization member sees
+// it: whether the caller can use it, never its base URL or API key.
+type ProviderDescriptor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Provider type: "scripted", "openai", "openai-compat" or "anthropic".
+	ProviderType string `protobuf:"bytes,2,opt,name=provider_type,json=providerType,proto3" json:"provider_type,omitempty"`
+	DisplayName  string `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	Enabled      bool   `protobuf:"varint,4,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Whether the caller can use the provider now.
+	Available bool `protobuf:"varint,5,opt,name=available,proto3" json:"available,omitempty"`
+	// Why the provider is unavailable; unset when available.
+	UnavailableReason *string `protobuf:"bytes,6,opt,name=unavailable_reason,json=unavailableReason,proto3,oneof" json:"unavailable_reason,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *ProviderDescriptor) Reset() {
+	*x = ProviderDescriptor{}
 	mi := &file_chatd_v1_model_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *ProviderAvailability) String() string {
+func (x *ProviderDescriptor) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*ProviderAvailability) ProtoMessage() {}
+func (*ProviderDescriptor) ProtoMessage() {}
 
-func (x *ProviderAvailability) ProtoReflect() protoreflect.Message {
+func (x *ProviderDescriptor) ProtoReflect() protoreflect.Message {
 	mi := &file_chatd_v1_model_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -163,51 +205,201 @@ func (x *ProviderAvailability) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use ProviderAvailability.ProtoReflect.Descriptor instead.
-func (*ProviderAvailability) Descriptor() ([]byte, []int) {
+// Deprecated: Use ProviderDescriptor.ProtoReflect.Descriptor instead.
+func (*ProviderDescriptor) Descriptor() ([]byte, []int) {
 	return file_chatd_v1_model_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *ProviderAvailability) GetProvider() string {
+func (x *ProviderDescriptor) GetId() string {
 	if x != nil {
-		return x.Provider
+		return x.Id
 	}
 	return ""
 }
 
-func (x *ProviderAvailability) GetAvailable() bool {
+func (x *ProviderDescriptor) GetProviderType() string {
+	if x != nil {
+		return x.ProviderType
+	}
+	return ""
+}
+
+func (x *ProviderDescriptor) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *ProviderDescriptor) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *ProviderDescriptor) GetAvailable() bool {
 	if x != nil {
 		return x.Available
 	}
 	return false
 }
 
-func (x *ProviderAvailability) GetReason() string {
-	if x != nil {
-		return x.Reason
+func (x *ProviderDescriptor) GetUnavailableReason() string {
+	if x != nil && x.UnavailableReason != nil {
+		return *x.UnavailableReason
 	}
 	return ""
+}
+
+// Provider is a deployment-scoped LLM provider as administrators see it. The
+// API key is write-only: it never leaves the server, has_api_key says whether
+// one is set.
+type Provider struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Provider type: "scripted", "openai", "openai-compat" or "anthropic".
+	ProviderType string `protobuf:"bytes,2,opt,name=provider_type,json=providerType,proto3" json:"provider_type,omitempty"`
+	DisplayName  string `protobuf:"bytes,3,opt,name=display_name,json=displayName,proto3" json:"display_name,omitempty"`
+	// The provider's endpoint; empty for the provider type's default.
+	BaseUrl string `protobuf:"bytes,4,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
+	// Whether an API key is stored.
+	HasApiKey     bool                   `protobuf:"varint,5,opt,name=has_api_key,json=hasApiKey,proto3" json:"has_api_key,omitempty"`
+	Enabled       bool                   `protobuf:"varint,6,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Provider) Reset() {
+	*x = Provider{}
+	mi := &file_chatd_v1_model_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Provider) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Provider) ProtoMessage() {}
+
+func (x *Provider) ProtoReflect() protoreflect.Message {
+	mi := &file_chatd_v1_model_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Provider.ProtoReflect.Descriptor instead.
+func (*Provider) Descriptor() ([]byte, []int) {
+	return file_chatd_v1_model_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Provider) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Provider) GetProviderType() string {
+	if x != nil {
+		return x.ProviderType
+	}
+	return ""
+}
+
+func (x *Provider) GetDisplayName() string {
+	if x != nil {
+		return x.DisplayName
+	}
+	return ""
+}
+
+func (x *Provider) GetBaseUrl() string {
+	if x != nil {
+		return x.BaseUrl
+	}
+	return ""
+}
+
+func (x *Provider) GetHasApiKey() bool {
+	if x != nil {
+		return x.HasApiKey
+	}
+	return false
+}
+
+func (x *Provider) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Provider) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Provider) GetUpdatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return nil
 }
 
 var File_chatd_v1_model_proto protoreflect.FileDescriptor
 
 const file_chatd_v1_model_proto_rawDesc = "" +
 	"\n" +
-	"\x14chatd/v1/model.proto\x12\bchatd.v1\"\xf9\x01\n" +
+	"\x14chatd/v1/model.proto\x12\bchatd.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xdc\x03\n" +
 	"\vModelConfig\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
-	"\x0forganization_id\x18\x02 \x01(\tR\x0eorganizationId\x12\x1a\n" +
-	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x14\n" +
+	"\x0forganization_id\x18\x02 \x01(\tR\x0eorganizationId\x12\x1f\n" +
+	"\vprovider_id\x18\x03 \x01(\tR\n" +
+	"providerId\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12!\n" +
 	"\fdisplay_name\x18\x05 \x01(\tR\vdisplayName\x12\x18\n" +
 	"\aenabled\x18\x06 \x01(\bR\aenabled\x12\x1d\n" +
 	"\n" +
 	"is_default\x18\a \x01(\bR\tisDefault\x12#\n" +
-	"\rcontext_limit\x18\b \x01(\x03R\fcontextLimit\"h\n" +
-	"\x14ProviderAvailability\x12\x1a\n" +
-	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x1c\n" +
-	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reasonB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
+	"\rcontext_limit\x18\b \x01(\x03R\fcontextLimit\x123\n" +
+	"\x15compression_threshold\x18\t \x01(\x05R\x14compressionThreshold\x121\n" +
+	"\aoptions\x18\n" +
+	" \x01(\v2\x17.google.protobuf.StructR\aoptions\x129\n" +
+	"\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xef\x01\n" +
+	"\x12ProviderDescriptor\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
+	"\rprovider_type\x18\x02 \x01(\tR\fproviderType\x12!\n" +
+	"\fdisplay_name\x18\x03 \x01(\tR\vdisplayName\x12\x18\n" +
+	"\aenabled\x18\x04 \x01(\bR\aenabled\x12\x1c\n" +
+	"\tavailable\x18\x05 \x01(\bR\tavailable\x122\n" +
+	"\x12unavailable_reason\x18\x06 \x01(\tH\x00R\x11unavailableReason\x88\x01\x01B\x15\n" +
+	"\x13_unavailable_reason\"\xad\x02\n" +
+	"\bProvider\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12#\n" +
+	"\rprovider_type\x18\x02 \x01(\tR\fproviderType\x12!\n" +
+	"\fdisplay_name\x18\x03 \x01(\tR\vdisplayName\x12\x19\n" +
+	"\bbase_url\x18\x04 \x01(\tR\abaseUrl\x12\x1e\n" +
+	"\vhas_api_key\x18\x05 \x01(\bR\thasApiKey\x12\x18\n" +
+	"\aenabled\x18\x06 \x01(\bR\aenabled\x129\n" +
+	"\n" +
+	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
+	"\n" +
+	"updated_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAtB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
 
 var (
 	file_chatd_v1_model_proto_rawDescOnce sync.Once
@@ -221,17 +413,25 @@ func file_chatd_v1_model_proto_rawDescGZIP() []byte {
 	return file_chatd_v1_model_proto_rawDescData
 }
 
-var file_chatd_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_chatd_v1_model_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_chatd_v1_model_proto_goTypes = []any{
-	(*ModelConfig)(nil),          // 0: chatd.v1.ModelConfig
-	(*ProviderAvailability)(nil), // 1: chatd.v1.ProviderAvailability
+	(*ModelConfig)(nil),           // 0: chatd.v1.ModelConfig
+	(*ProviderDescriptor)(nil),    // 1: chatd.v1.ProviderDescriptor
+	(*Provider)(nil),              // 2: chatd.v1.Provider
+	(*structpb.Struct)(nil),       // 3: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
 }
 var file_chatd_v1_model_proto_depIdxs = []int32{
-	0, // [0:0] is the sub-list for method output_type
-	0, // [0:0] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	3, // 0: chatd.v1.ModelConfig.options:type_name -> google.protobuf.Struct
+	4, // 1: chatd.v1.ModelConfig.created_at:type_name -> google.protobuf.Timestamp
+	4, // 2: chatd.v1.ModelConfig.updated_at:type_name -> google.protobuf.Timestamp
+	4, // 3: chatd.v1.Provider.created_at:type_name -> google.protobuf.Timestamp
+	4, // 4: chatd.v1.Provider.updated_at:type_name -> google.protobuf.Timestamp
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_chatd_v1_model_proto_init() }
@@ -239,13 +439,14 @@ func file_chatd_v1_model_proto_init() {
 	if File_chatd_v1_model_proto != nil {
 		return
 	}
+	file_chatd_v1_model_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chatd_v1_model_proto_rawDesc), len(file_chatd_v1_model_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -86,15 +86,17 @@ type ChatUpdateNotification struct {
 	// Unset when no worker owns the chat.
 	WorkerId *string `protobuf:"bytes,2,opt,name=worker_id,json=workerId,proto3,oneof" json:"worker_id,omitempty"`
 	// Unset when no runner owns the chat.
-	RunnerId          *string    `protobuf:"bytes,3,opt,name=runner_id,json=runnerId,proto3,oneof" json:"runner_id,omitempty"`
-	HistoryVersion    int64      `protobuf:"varint,4,opt,name=history_version,json=historyVersion,proto3" json:"history_version,omitempty"`
-	QueueVersion      int64      `protobuf:"varint,5,opt,name=queue_version,json=queueVersion,proto3" json:"queue_version,omitempty"`
-	RetryStateVersion int64      `protobuf:"varint,6,opt,name=retry_state_version,json=retryStateVersion,proto3" json:"retry_state_version,omitempty"`
-	GenerationAttempt int64      `protobuf:"varint,7,opt,name=generation_attempt,json=generationAttempt,proto3" json:"generation_attempt,omitempty"`
-	Status            ChatStatus `protobuf:"varint,8,opt,name=status,proto3,enum=chatd.v1.ChatStatus" json:"status,omitempty"`
-	Archived          bool       `protobuf:"varint,9,opt,name=archived,proto3" json:"archived,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	RunnerId          *string `protobuf:"bytes,3,opt,name=runner_id,json=runnerId,proto3,oneof" json:"runner_id,omitempty"`
+	HistoryVersion    int64   `protobuf:"varint,4,opt,name=history_version,json=historyVersion,proto3" json:"history_version,omitempty"`
+	QueueVersion      int64   `protobuf:"varint,5,opt,name=queue_version,json=queueVersion,proto3" json:"queue_version,omitempty"`
+	RetryStateVersion int64   `protobuf:"varint,6,opt,name=retry_state_version,json=retryStateVersion,proto3" json:"retry_state_version,omitempty"`
+	GenerationAttempt int64   `protobuf:"varint,7,opt,name=generation_attempt,json=generationAttempt,proto3" json:"generation_attempt,omitempty"`
+	// The chat's status word: "waiting", "running", "interrupting",
+	// "requires_action" or "error" (as Chat.status).
+	Status        string `protobuf:"bytes,8,opt,name=status,proto3" json:"status,omitempty"`
+	Archived      bool   `protobuf:"varint,9,opt,name=archived,proto3" json:"archived,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChatUpdateNotification) Reset() {
@@ -176,11 +178,11 @@ func (x *ChatUpdateNotification) GetGenerationAttempt() int64 {
 	return 0
 }
 
-func (x *ChatUpdateNotification) GetStatus() ChatStatus {
+func (x *ChatUpdateNotification) GetStatus() string {
 	if x != nil {
 		return x.Status
 	}
-	return ChatStatus_CHAT_STATUS_UNSPECIFIED
+	return ""
 }
 
 func (x *ChatUpdateNotification) GetArchived() bool {
@@ -194,10 +196,10 @@ var File_chatd_v1_notify_proto protoreflect.FileDescriptor
 
 const file_chatd_v1_notify_proto_rawDesc = "" +
 	"\n" +
-	"\x15chatd/v1/notify.proto\x12\bchatd.v1\x1a\x13chatd/v1/chat.proto\"[\n" +
+	"\x15chatd/v1/notify.proto\x12\bchatd.v1\"[\n" +
 	"\x15OwnershipNotification\x12\x17\n" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\x12)\n" +
-	"\x10snapshot_version\x18\x02 \x01(\x03R\x0fsnapshotVersion\"\x9a\x03\n" +
+	"\x10snapshot_version\x18\x02 \x01(\x03R\x0fsnapshotVersion\"\x84\x03\n" +
 	"\x16ChatUpdateNotification\x12)\n" +
 	"\x10snapshot_version\x18\x01 \x01(\x03R\x0fsnapshotVersion\x12 \n" +
 	"\tworker_id\x18\x02 \x01(\tH\x00R\bworkerId\x88\x01\x01\x12 \n" +
@@ -205,8 +207,8 @@ const file_chatd_v1_notify_proto_rawDesc = "" +
 	"\x0fhistory_version\x18\x04 \x01(\x03R\x0ehistoryVersion\x12#\n" +
 	"\rqueue_version\x18\x05 \x01(\x03R\fqueueVersion\x12.\n" +
 	"\x13retry_state_version\x18\x06 \x01(\x03R\x11retryStateVersion\x12-\n" +
-	"\x12generation_attempt\x18\a \x01(\x03R\x11generationAttempt\x12,\n" +
-	"\x06status\x18\b \x01(\x0e2\x14.chatd.v1.ChatStatusR\x06status\x12\x1a\n" +
+	"\x12generation_attempt\x18\a \x01(\x03R\x11generationAttempt\x12\x16\n" +
+	"\x06status\x18\b \x01(\tR\x06status\x12\x1a\n" +
 	"\barchived\x18\t \x01(\bR\barchivedB\f\n" +
 	"\n" +
 	"_worker_idB\f\n" +
@@ -229,15 +231,13 @@ var file_chatd_v1_notify_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_chatd_v1_notify_proto_goTypes = []any{
 	(*OwnershipNotification)(nil),  // 0: chatd.v1.OwnershipNotification
 	(*ChatUpdateNotification)(nil), // 1: chatd.v1.ChatUpdateNotification
-	(ChatStatus)(0),                // 2: chatd.v1.ChatStatus
 }
 var file_chatd_v1_notify_proto_depIdxs = []int32{
-	2, // 0: chatd.v1.ChatUpdateNotification.status:type_name -> chatd.v1.ChatStatus
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	0, // [0:0] is the sub-list for method output_type
+	0, // [0:0] is the sub-list for method input_type
+	0, // [0:0] is the sub-list for extension type_name
+	0, // [0:0] is the sub-list for extension extendee
+	0, // [0:0] is the sub-list for field type_name
 }
 
 func init() { file_chatd_v1_notify_proto_init() }
@@ -245,7 +245,6 @@ func file_chatd_v1_notify_proto_init() {
 	if File_chatd_v1_notify_proto != nil {
 		return
 	}
-	file_chatd_v1_chat_proto_init()
 	file_chatd_v1_notify_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -89,9 +89,9 @@ func (x *DynamicTool) GetInputSchema() *structpb.Struct {
 type ToolResult struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	ToolCallId string                 `protobuf:"bytes,1,opt,name=tool_call_id,json=toolCallId,proto3" json:"tool_call_id,omitempty"`
-	// The tool's output as a JSON document.
-	Output        string `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
-	IsError       bool   `protobuf:"varint,3,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	// The tool's output as a JSON value.
+	Output        *structpb.Value `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
+	IsError       bool            `protobuf:"varint,3,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -133,11 +133,11 @@ func (x *ToolResult) GetToolCallId() string {
 	return ""
 }
 
-func (x *ToolResult) GetOutput() string {
+func (x *ToolResult) GetOutput() *structpb.Value {
 	if x != nil {
 		return x.Output
 	}
-	return ""
+	return nil
 }
 
 func (x *ToolResult) GetIsError() bool {
@@ -155,12 +155,12 @@ const file_chatd_v1_tool_proto_rawDesc = "" +
 	"\vDynamicTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
-	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"a\n" +
+	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\"y\n" +
 	"\n" +
 	"ToolResult\x12 \n" +
 	"\ftool_call_id\x18\x01 \x01(\tR\n" +
-	"toolCallId\x12\x16\n" +
-	"\x06output\x18\x02 \x01(\tR\x06output\x12\x19\n" +
+	"toolCallId\x12.\n" +
+	"\x06output\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x06output\x12\x19\n" +
 	"\bis_error\x18\x03 \x01(\bR\aisErrorB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
 
 var (
@@ -180,14 +180,16 @@ var file_chatd_v1_tool_proto_goTypes = []any{
 	(*DynamicTool)(nil),     // 0: chatd.v1.DynamicTool
 	(*ToolResult)(nil),      // 1: chatd.v1.ToolResult
 	(*structpb.Struct)(nil), // 2: google.protobuf.Struct
+	(*structpb.Value)(nil),  // 3: google.protobuf.Value
 }
 var file_chatd_v1_tool_proto_depIdxs = []int32{
 	2, // 0: chatd.v1.DynamicTool.input_schema:type_name -> google.protobuf.Struct
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	3, // 1: chatd.v1.ToolResult.output:type_name -> google.protobuf.Value
+	2, // [2:2] is the sub-list for method output_type
+	2, // [2:2] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_chatd_v1_tool_proto_init() }
