@@ -41,7 +41,7 @@ type command struct {
 
 // commands lists every subcommand in the order usage shows them.
 func commands() []*command {
-	return []*command{migrateCommand(), devCommand()}
+	return []*command{migrateCommand(), devCommand(), tokenCommand()}
 }
 
 func main() {

@@ -1,0 +1,54 @@
+// Package auth verifies and issues chatd's bearer tokens.
+//
+// Clients send "Authorization: Bearer <JWT>". A token is either HS256,
+// signed with the deployment's shared secret (CHATD_AUTH_SECRET; `chatd
+// token` prints such tokens), or RS256/ES256 (and the other RSA and ECDSA
+// algorithms) signed by an identity provider whose public keys are served
+// as a JWKS (CHATD_AUTH_JWKS_URL). Its claims are:
+//
+//	sub    the user's UUID (required)
+//	org    the organization's UUID (required)
+//	admin  true for a deployment admin, who may manage providers and
+//	       model configs (optional, default false)
+//	exp    expiry (required unless the Verifier allows tokens without one)
+//	nbf    not before (optional)
+//
+// A Verifier checks a token and returns its Claims; the gRPC interceptors in
+// grpc.go do that for every call and put the Claims in the call's context
+// (ClaimsFrom). A Signer issues HS256 tokens.
+package auth
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Claims is who a verified token speaks for.
+type Claims struct {
+	// UserID is the token's sub.
+	UserID uuid.UUID
+	// OrganizationID is the token's org.
+	OrganizationID uuid.UUID
+	// Admin is the token's admin claim: a deployment admin may manage
+	// providers and model configs.
+	Admin bool
+	// ExpiresAt is the token's exp; zero when the token has none (accepted
+	// only by a Verifier with AllowNoExpiry).
+	ExpiresAt time.Time
+}
+
+type claimsKey struct{}
+
+// WithClaims returns a copy of ctx that carries c.
+func WithClaims(ctx context.Context, c Claims) context.Context {
+	return context.WithValue(ctx, claimsKey{}, c)
+}
+
+// ClaimsFrom returns the claims WithClaims (or an interceptor) put in ctx;
+// false when there are none, as for a method exempt from authentication.
+func ClaimsFrom(ctx context.Context) (Claims, bool) {
+	c, ok := ctx.Value(claimsKey{}).(Claims)
+	return c, ok
+}
