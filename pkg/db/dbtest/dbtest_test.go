@@ -28,6 +28,7 @@ func TestNewPoolGivesIsolatedMigratedDatabases(t *testing.T) {
 		"trigger_bump_chat_queue_version_on_queued_message_delete",
 		"trigger_bump_chat_queue_version_on_queued_message_insert",
 		"trigger_bump_chat_queue_version_on_queued_message_update",
+		"trigger_insert_default_scripted_model_config",
 		"trigger_set_chat_message_revision_on_insert",
 		"trigger_set_chat_message_revision_on_update",
 		"trigger_sync_chat_retry_state",

@@ -50,3 +50,9 @@ SELECT calls.message_id, calls.tool_call_id::text AS tool_call_id, calls.tool_na
 FROM calls
 WHERE NOT EXISTS (SELECT 1 FROM results WHERE results.tool_call_id = calls.tool_call_id)
 ORDER BY calls.message_id, calls.ord;
+
+-- name: ChatMessageListVisible :many
+-- The transcript a user sees: active rows that are not model-only.
+SELECT * FROM chat_messages
+WHERE chat_id = @chat_id AND NOT deleted AND visibility <> 'model'
+ORDER BY id;

@@ -181,6 +181,48 @@ func (q *Queries) ChatMessageListAll(ctx context.Context, chatID uuid.UUID) ([]C
 	return items, nil
 }
 
+const chatMessageListVisible = `-- name: ChatMessageListVisible :many
+SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at FROM chat_messages
+WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model'
+ORDER BY id
+`
+
+// The transcript a user sees: active rows that are not model-only.
+func (q *Queries) ChatMessageListVisible(ctx context.Context, chatID uuid.UUID) ([]ChatMessage, error) {
+	rows, err := q.db.Query(ctx, chatMessageListVisible, chatID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChatMessage
+	for rows.Next() {
+		var i ChatMessage
+		if err := rows.Scan(
+			&i.ID,
+			&i.ChatID,
+			&i.Role,
+			&i.Content,
+			&i.Visibility,
+			&i.Compressed,
+			&i.Deleted,
+			&i.QueuedMessageID,
+			&i.Revision,
+			&i.ModelConfigID,
+			&i.ReasoningEffort,
+			&i.Usage,
+			&i.CreatedBy,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const chatMessageOpenToolCalls = `-- name: ChatMessageOpenToolCalls :many
 WITH tail AS (
     SELECT m.id, m.role, m.content

@@ -111,3 +111,27 @@ SELECT family.id FROM family ORDER BY family.depth, family.id;
 
 -- name: ChatLockForUpdate :one
 SELECT * FROM chats WHERE id = @id FOR UPDATE;
+
+-- name: ChatListByOwner :many
+-- Newest first, keyset-paginated on (created_at, id).
+SELECT * FROM chats
+WHERE owner_id = @owner_id
+  AND organization_id = @organization_id
+  AND (sqlc.narg(archived)::boolean IS NULL OR archived = sqlc.narg(archived)::boolean)
+  AND (sqlc.narg(before_created_at)::timestamptz IS NULL
+       OR (created_at, id) < (sqlc.narg(before_created_at)::timestamptz, sqlc.narg(before_id)::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT @page_limit;
+
+-- name: ChatSetTitle :one
+-- A title write applies only when the stored title's source ranks the same
+-- as or lower than the incoming one (fallback < generated < user). It sets
+-- title_updated_at and leaves updated_at alone. A user title rewritten with
+-- the same text is not written again.
+UPDATE chats
+SET title = @title, title_source = @title_source, title_updated_at = @now
+WHERE id = @id
+  AND array_position(enum_range(NULL::chat_title_source), title_source)
+      <= array_position(enum_range(NULL::chat_title_source), @title_source::chat_title_source)
+  AND NOT (title_source = 'user' AND @title_source::chat_title_source = 'user' AND title = @title)
+RETURNING *;

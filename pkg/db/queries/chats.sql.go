@@ -221,6 +221,82 @@ func (q *Queries) ChatInsert(ctx context.Context, arg ChatInsertParams) (Chat, e
 	return i, err
 }
 
+const chatListByOwner = `-- name: ChatListByOwner :many
+SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at FROM chats
+WHERE owner_id = $1
+  AND organization_id = $2
+  AND ($3::boolean IS NULL OR archived = $3::boolean)
+  AND ($4::timestamptz IS NULL
+       OR (created_at, id) < ($4::timestamptz, $5::uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT $6
+`
+
+type ChatListByOwnerParams struct {
+	OwnerID         uuid.UUID
+	OrganizationID  uuid.UUID
+	Archived        *bool
+	BeforeCreatedAt *time.Time
+	BeforeID        *uuid.UUID
+	PageLimit       int32
+}
+
+// Newest first, keyset-paginated on (created_at, id).
+func (q *Queries) ChatListByOwner(ctx context.Context, arg ChatListByOwnerParams) ([]Chat, error) {
+	rows, err := q.db.Query(ctx, chatListByOwner,
+		arg.OwnerID,
+		arg.OrganizationID,
+		arg.Archived,
+		arg.BeforeCreatedAt,
+		arg.BeforeID,
+		arg.PageLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Chat
+	for rows.Next() {
+		var i Chat
+		if err := rows.Scan(
+			&i.ID,
+			&i.OrganizationID,
+			&i.OwnerID,
+			&i.ParentChatID,
+			&i.RootChatID,
+			&i.Title,
+			&i.TitleSource,
+			&i.TitleUpdatedAt,
+			&i.SystemPrompt,
+			&i.DynamicTools,
+			&i.LastModelConfigID,
+			&i.LastReasoningEffort,
+			&i.Status,
+			&i.Archived,
+			&i.WorkerID,
+			&i.RunnerID,
+			&i.LastError,
+			&i.RetryState,
+			&i.SnapshotVersion,
+			&i.HistoryVersion,
+			&i.QueueVersion,
+			&i.GenerationAttempt,
+			&i.RetryStateVersion,
+			&i.RequiresActionDeadlineAt,
+			&i.CompactionRequestedAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const chatListFamilyForUpdate = `-- name: ChatListFamilyForUpdate :many
 WITH RECURSIVE family AS (
     SELECT c.id, 0 AS depth FROM chats c WHERE c.id = $1
@@ -647,6 +723,67 @@ type ChatSetRetryStateParams struct {
 
 func (q *Queries) ChatSetRetryState(ctx context.Context, arg ChatSetRetryStateParams) (Chat, error) {
 	row := q.db.QueryRow(ctx, chatSetRetryState, arg.RetryState, arg.ID)
+	var i Chat
+	err := row.Scan(
+		&i.ID,
+		&i.OrganizationID,
+		&i.OwnerID,
+		&i.ParentChatID,
+		&i.RootChatID,
+		&i.Title,
+		&i.TitleSource,
+		&i.TitleUpdatedAt,
+		&i.SystemPrompt,
+		&i.DynamicTools,
+		&i.LastModelConfigID,
+		&i.LastReasoningEffort,
+		&i.Status,
+		&i.Archived,
+		&i.WorkerID,
+		&i.RunnerID,
+		&i.LastError,
+		&i.RetryState,
+		&i.SnapshotVersion,
+		&i.HistoryVersion,
+		&i.QueueVersion,
+		&i.GenerationAttempt,
+		&i.RetryStateVersion,
+		&i.RequiresActionDeadlineAt,
+		&i.CompactionRequestedAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const chatSetTitle = `-- name: ChatSetTitle :one
+UPDATE chats
+SET title = $1, title_source = $2, title_updated_at = $3
+WHERE id = $4
+  AND array_position(enum_range(NULL::chat_title_source), title_source)
+      <= array_position(enum_range(NULL::chat_title_source), $2::chat_title_source)
+  AND NOT (title_source = 'user' AND $2::chat_title_source = 'user' AND title = $1)
+RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+`
+
+type ChatSetTitleParams struct {
+	Title       string
+	TitleSource ChatTitleSource
+	Now         time.Time
+	ID          uuid.UUID
+}
+
+// A title write applies only when the stored title's source ranks the same
+// as or lower than the incoming one (fallback < generated < user). It sets
+// title_updated_at and leaves updated_at alone. A user title rewritten with
+// the same text is not written again.
+func (q *Queries) ChatSetTitle(ctx context.Context, arg ChatSetTitleParams) (Chat, error) {
+	row := q.db.QueryRow(ctx, chatSetTitle,
+		arg.Title,
+		arg.TitleSource,
+		arg.Now,
+		arg.ID,
+	)
 	var i Chat
 	err := row.Scan(
 		&i.ID,
