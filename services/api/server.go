@@ -3,11 +3,12 @@ package main
 import (
 	"context"
 	"log/slog"
-	"net/http"
+	"time"
 
-	"google.golang.org/grpc"
-
+	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/services/api/internal/chatapi"
 )
 
 // name is the service's short name: its health service is "chatd.v1.api".
@@ -18,8 +19,15 @@ type config struct {
 	service.Common
 	// HTTPAddr is where the REST facade (/api/v2) listens.
 	HTTPAddr string
-	// AuthSecret verifies bearer tokens.
+	// AuthSecret verifies HS256 bearer tokens.
 	AuthSecret string
+	// JWKSURL serves the keys of RS256/ES256 bearer tokens.
+	JWKSURL string
+	// MaxMessageBytes and MaxQueuedMessages are the input limits.
+	MaxMessageBytes   int
+	MaxQueuedMessages int
+	// RequiresActionTimeout is the dynamic-tool deadline.
+	RequiresActionTimeout time.Duration
 }
 
 // Declare adds the api's settings to v.
@@ -27,8 +35,22 @@ func (c *config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7001")
 	v.Addr(&c.HTTPAddr, "CHATD_HTTP_ADDR", ":8080",
 		"host:port the REST facade (/api/v2) and /healthz listen on.", false)
-	v.Secret(&c.AuthSecret, "CHATD_AUTH_SECRET", 32,
-		"HMAC key (at least 32 bytes) that signs and verifies bearer tokens.")
+	v.Secret(&c.AuthSecret, auth.EnvSecret, auth.MinSecretLen,
+		"HMAC key (at least 32 bytes) that verifies HS256 bearer tokens.")
+	v.String(&c.JWKSURL, auth.EnvJWKSURL, "",
+		"URL of a JWKS whose keys verify RS256/ES256 bearer tokens (optional; with or instead of CHATD_AUTH_SECRET).")
+	v.Int(&c.MaxMessageBytes, "CHATD_MAX_MESSAGE_BYTES", chatapi.DefaultMaxMessageBytes, 1,
+		"Largest message text accepted, in bytes (413 beyond it).")
+	v.Int(&c.MaxQueuedMessages, "CHATD_MAX_QUEUED_MESSAGES", chatapi.DefaultMaxQueuedMessages, 1,
+		"Most messages a chat may have queued (409 beyond it).")
+	v.Duration(&c.RequiresActionTimeout, "CHATD_REQUIRES_ACTION_TIMEOUT", chatstate.DefaultRequiresActionTimeout,
+		"How long a chat waits for dynamic tool results before the worker cancels the calls.")
+	v.Check(func() error {
+		if c.AuthSecret == "" && c.JWKSURL == "" {
+			return errNoAuth
+		}
+		return nil
+	})
 }
 
 // program describes the api binary for service.Main.
@@ -46,18 +68,21 @@ func program() service.Program {
 
 // run serves the api until ctx ends.
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
-	return service.Run(ctx, service.Options{
-		Name:            name,
-		GRPCAddr:        cfg.GRPCAddr,
-		HTTPAddr:        cfg.HTTPAddr,
-		ShutdownTimeout: cfg.ShutdownTimeout,
-		Logger:          log,
-		Register:        register,
+	return chatapi.Serve(ctx, chatapi.AppConfig{
+		Config:                chatapi.Config{MaxMessageBytes: cfg.MaxMessageBytes, MaxQueuedMessages: cfg.MaxQueuedMessages},
+		DatabaseURL:           cfg.DatabaseURL,
+		NATSURL:               cfg.NATSURL,
+		Auth:                  auth.Config{Secret: []byte(cfg.AuthSecret), JWKSURL: cfg.JWKSURL},
+		RequiresActionTimeout: cfg.RequiresActionTimeout,
+		GRPCAddr:              cfg.GRPCAddr,
+		HTTPAddr:              cfg.HTTPAddr,
+		ShutdownTimeout:       cfg.ShutdownTimeout,
+		Log:                   log,
 	})
 }
 
-// register adds the api's handlers. ChatService and its grpc-gateway REST
-// facade arrive with later issues; until then the api serves health only.
-func register(s *grpc.Server, mux *http.ServeMux) error {
-	return nil
-}
+var errNoAuth = errorString("set CHATD_AUTH_SECRET (HS256) or CHATD_AUTH_JWKS_URL (RS256/ES256): the api accepts only authenticated requests")
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }

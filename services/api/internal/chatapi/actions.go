@@ -1,0 +1,136 @@
+package chatapi
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatstate"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+)
+
+// chatAction runs fn as a bundle on the caller's chat and answers with the
+// committed chat.
+func (s *Server) chatAction(ctx context.Context, rawID string, fn func(auth.Claims, *chatstate.Tx) error) (*chatdv1.Chat, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.update(ctx, c, rawID, func(tx *chatstate.Tx) error { return fn(c, tx) })
+	if err != nil {
+		return nil, err
+	}
+	chat, err := chatToProto(res.Chat)
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return chat, nil
+}
+
+// InterruptChat applies Interrupt(user_cancel), plus FinishInterruption
+// when no worker owns the chat.
+func (s *Server) InterruptChat(ctx context.Context, req *chatdv1.InterruptChatRequest) (*chatdv1.InterruptChatResponse, error) {
+	chat, err := s.chatAction(ctx, req.GetChatId(), func(_ auth.Claims, tx *chatstate.Tx) error {
+		_, err := tx.Interrupt(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &chatdv1.InterruptChatResponse{Chat: chat}, nil
+}
+
+// SubmitToolResults applies CompleteRequiresAction(results).
+func (s *Server) SubmitToolResults(ctx context.Context, req *chatdv1.SubmitToolResultsRequest) (*chatdv1.SubmitToolResultsResponse, error) {
+	if len(req.GetResults()) == 0 {
+		return nil, invalid("results must answer every pending tool call")
+	}
+	results := make([]chatstate.ToolResult, 0, len(req.GetResults()))
+	size := 0
+	for i, r := range req.GetResults() {
+		if r.GetToolCallId() == "" {
+			return nil, invalid("results[%d]: tool_call_id is required", i)
+		}
+		out, err := valueToJSON(r.GetOutput())
+		if err != nil {
+			return nil, invalid("results[%d]: output is not JSON: %v", i, err)
+		}
+		size += len(out)
+		results = append(results, chatstate.ToolResult{ToolCallID: r.GetToolCallId(), Output: out, IsError: r.GetIsError()})
+	}
+	if size > s.cfg.MaxMessageBytes {
+		return nil, statusError(codes.ResourceExhausted, ReasonPayloadTooLarge,
+			fmt.Sprintf("the tool results are %d bytes; the limit is %d bytes", size, s.cfg.MaxMessageBytes))
+	}
+	chat, err := s.chatAction(ctx, req.GetChatId(), func(_ auth.Claims, tx *chatstate.Tx) error {
+		_, err := tx.CompleteRequiresAction(ctx, results, nil)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &chatdv1.SubmitToolResultsResponse{Chat: chat}, nil
+}
+
+// CompactChat applies RequestCompaction, rolling back with "nothing to
+// compact" when no uncompressed assistant message follows the latest
+// boundary, so no model call is started for nothing.
+func (s *Server) CompactChat(ctx context.Context, req *chatdv1.CompactChatRequest) (*chatdv1.CompactChatResponse, error) {
+	chat, err := s.chatAction(ctx, req.GetChatId(), func(_ auth.Claims, tx *chatstate.Tx) error {
+		if err := tx.RequestCompaction(ctx); err != nil {
+			return err
+		}
+		ok, err := tx.HasCompactableHistory(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return statusError(codes.FailedPrecondition, ReasonNothingToCompact,
+				"nothing to compact: no assistant reply since the chat was last compacted or cleared")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &chatdv1.CompactChatResponse{Chat: chat}, nil
+}
+
+// ClearChat applies ClearContext with the clear boundary triplet, rolling
+// back with "nothing to clear" when nothing model-visible follows the
+// latest boundary.
+func (s *Server) ClearChat(ctx context.Context, req *chatdv1.ClearChatRequest) (*chatdv1.ClearChatResponse, error) {
+	chat, err := s.chatAction(ctx, req.GetChatId(), func(_ auth.Claims, tx *chatstate.Tx) error {
+		if !chatstate.Allowed(tx.State(), chatstate.ClearContext) {
+			_, err := tx.ClearContext(ctx, nil) // the typed rejection
+			return err
+		}
+		ok, err := tx.HasClearableHistory(ctx)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return statusError(codes.FailedPrecondition, ReasonNothingToClear,
+				"nothing to clear: the chat has no messages since it was last cleared")
+		}
+		_, err = tx.ClearContext(ctx, chatstate.ClearBoundary(fmt.Sprintf("chat_cleared_%d", tx.Chat().SnapshotVersion)))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &chatdv1.ClearChatResponse{Chat: chat}, nil
+}
+
+// ReconcileInvalidChat applies ReconcileInvalidState.
+func (s *Server) ReconcileInvalidChat(ctx context.Context, req *chatdv1.ReconcileInvalidChatRequest) (*chatdv1.ReconcileInvalidChatResponse, error) {
+	chat, err := s.chatAction(ctx, req.GetChatId(), func(_ auth.Claims, tx *chatstate.Tx) error {
+		return tx.ReconcileInvalidState(ctx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &chatdv1.ReconcileInvalidChatResponse{Chat: chat}, nil
+}

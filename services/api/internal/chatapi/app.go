@@ -1,0 +1,103 @@
+package chatapi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+
+	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatstate"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/modelconfig"
+	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/pkg/service"
+)
+
+// AppConfig is everything the api service needs to run.
+type AppConfig struct {
+	Config
+	DatabaseURL string
+	NATSURL     string
+	Auth        auth.Config
+	// RequiresActionTimeout is the dynamic-tool deadline (5m by default).
+	RequiresActionTimeout time.Duration
+	GRPCAddr, HTTPAddr    string
+	// GRPCListener and HTTPListener, when set, are served instead of the
+	// addresses (tests).
+	GRPCListener, HTTPListener net.Listener
+	ShutdownTimeout            time.Duration
+	Log                        *slog.Logger
+}
+
+// natsFlushTimeout bounds a publish that has to write to the socket itself,
+// so a stalled NATS server cannot hold up a request.
+const natsFlushTimeout = time.Second
+
+// Serve runs the api service until ctx ends: ChatService over gRPC, its
+// REST facade over an in-process connection, notifications after commit.
+func Serve(ctx context.Context, cfg AppConfig) error {
+	log := cfg.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.DatabaseURL == "" {
+		return fmt.Errorf("CHATD_DATABASE_URL is required: the api keeps every chat in Postgres")
+	}
+	verifier, err := auth.NewVerifier(cfg.Auth)
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to Postgres: %w", err)
+	}
+	defer pool.Close()
+	// RetryOnFailedConnect: a NATS outage at startup or later must never
+	// fail or block a request; notifications are hints with safety nets.
+	nc, err := nats.Connect(cfg.NATSURL,
+		nats.Name("chatd-api"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
+		nats.FlusherTimeout(natsFlushTimeout))
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", cfg.NATSURL, err)
+	}
+	defer nc.Close()
+
+	machine := chatstate.New(pool, chatstate.Config{
+		RequiresActionTimeout: cfg.RequiresActionTimeout,
+		AfterCommit:           notify.NewPublisher(nc, log).AfterCommit,
+	})
+	srv := New(cfg.Config, Deps{Pool: pool, Machine: machine, Models: modelconfig.New(pool), Log: log})
+	maxBody := int64(srv.cfg.MaxMessageBytes)*2 + 64<<10 // JSON escaping and the other fields
+	return service.Run(ctx, service.Options{
+		Name:            "api",
+		GRPCAddr:        cfg.GRPCAddr,
+		GRPCListener:    cfg.GRPCListener,
+		HTTPAddr:        cfg.HTTPAddr,
+		HTTPListener:    cfg.HTTPListener,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Logger:          log,
+		ServerOptions: []grpc.ServerOption{
+			grpc.ChainUnaryInterceptor(verifier.UnaryServerInterceptor()),
+			grpc.ChainStreamInterceptor(verifier.StreamServerInterceptor()),
+		},
+		Register: func(s *grpc.Server, _ *http.ServeMux) error {
+			chatdv1.RegisterChatServiceServer(s, srv)
+			return nil
+		},
+		RegisterGateway: func(conn *grpc.ClientConn, mux *http.ServeMux) error {
+			gw, err := NewGateway(ctx, conn, maxBody)
+			if err != nil {
+				return err
+			}
+			mux.Handle(APIPrefix, gw)
+			return nil
+		},
+	})
+}

@@ -1,0 +1,86 @@
+package chatapi
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+)
+
+// Reasons carried in an ErrorInfo detail so the REST facade can pick the
+// HTTP status the contract names where a gRPC code alone is ambiguous.
+const (
+	ReasonTransitionNotAllowed = "TRANSITION_NOT_ALLOWED"
+	ReasonChatArchived         = "CHAT_ARCHIVED"
+	ReasonPayloadTooLarge      = "PAYLOAD_TOO_LARGE"
+	ReasonQueueFull            = "QUEUE_FULL"
+	ReasonRequestIDReused      = "REQUEST_ID_REUSED"
+	ReasonNothingToCompact     = "NOTHING_TO_COMPACT"
+	ReasonNothingToClear       = "NOTHING_TO_CLEAR"
+	ReasonFamilyArchived       = "FAMILY_ARCHIVED"
+)
+
+// errorDomain names chatd in ErrorInfo details.
+const errorDomain = "chatd"
+
+// statusError builds a gRPC status with a reason detail.
+func statusError(code codes.Code, reason, msg string) error {
+	st := status.New(code, msg)
+	if reason != "" {
+		if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
+			st = withInfo
+		}
+	}
+	return st.Err()
+}
+
+func invalid(format string, args ...any) error {
+	return status.Error(codes.InvalidArgument, fmt.Sprintf(format, args...))
+}
+
+// toStatus maps a domain error to a gRPC status, once, at the edge. Errors
+// that are already statuses pass through; anything unexpected is logged and
+// answered with a generic sentence, never with internals.
+func toStatus(log *slog.Logger, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var te *chatstate.TransitionError
+	switch {
+	case errors.As(err, &te):
+		switch te.State {
+		case chatstate.XW, chatstate.XE0, chatstate.XE1:
+			return statusError(codes.FailedPrecondition, ReasonChatArchived,
+				fmt.Sprintf("chat is archived: unarchive it first (%s)", te.Error()))
+		case chatstate.Invalid:
+			return statusError(codes.FailedPrecondition, ReasonTransitionNotAllowed,
+				"the chat is in an invalid state: POST /api/v2/chats/{chat}/reconcile-invalid to repair it")
+		}
+		return statusError(codes.FailedPrecondition, ReasonTransitionNotAllowed, te.Error())
+	case errors.Is(err, chatstate.ErrChatNotFound):
+		return status.Error(codes.NotFound, "chat not found")
+	case errors.Is(err, chatstate.ErrMessageNotFound):
+		return status.Error(codes.NotFound, "message not found: it must be an active user message of this chat")
+	case errors.Is(err, chatstate.ErrQueuedMessageNotFound):
+		return status.Error(codes.NotFound, "queued message not found in this chat")
+	case errors.Is(err, chatstate.ErrFamilyArchived):
+		return statusError(codes.FailedPrecondition, ReasonFamilyArchived, unwrapSentence(err))
+	case errors.Is(err, chatstate.ErrInvalidArgument):
+		return status.Error(codes.InvalidArgument, unwrapSentence(err))
+	case errors.Is(err, chatstate.ErrFenced):
+		return statusError(codes.Aborted, "", "the chat changed while the request ran; retry it")
+	}
+	log.Error("request failed", "method", method, "error", err)
+	return status.Error(codes.Internal, "internal error; the request was not applied")
+}
+
+// unwrapSentence returns the human part of a wrapped domain error.
+func unwrapSentence(err error) string { return err.Error() }

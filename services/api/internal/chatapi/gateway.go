@@ -1,0 +1,180 @@
+package chatapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/gen/openapi"
+)
+
+// APIPrefix is where the REST facade is mounted.
+const APIPrefix = "/api/v2/"
+
+// NewGateway returns the REST facade: grpc-gateway over conn (an
+// in-process connection to the ChatService), with the contract's JSON
+// (snake_case, booleans always present), status codes and error bodies,
+// plus the OpenAPI document at /api/v2/openapi.json. maxBody bounds request
+// bodies (413 beyond it).
+func NewGateway(ctx context.Context, conn *grpc.ClientConn, maxBody int64) (http.Handler, error) {
+	gw := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
+			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
+			UnmarshalOptions: protojson.UnmarshalOptions{},
+		}),
+		runtime.WithErrorHandler(writeError),
+		runtime.WithRoutingErrorHandler(routingError),
+		runtime.WithForwardResponseOption(setHTTPCode),
+		runtime.WithOutgoingHeaderMatcher(func(key string) (string, bool) {
+			if key == HTTPCodeHeader {
+				return "", false
+			}
+			return runtime.DefaultHeaderMatcher(key)
+		}),
+	)
+	if err := chatdv1.RegisterChatServiceHandler(ctx, gw, conn); err != nil {
+		return nil, fmt.Errorf("register REST facade: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(APIPrefix, limitBody(gw, maxBody))
+	mux.HandleFunc("GET "+APIPrefix+"openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openapi.JSON)
+	})
+	return mux, nil
+}
+
+// limitBody answers 413 for bodies over max.
+func limitBody(next http.Handler, max int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > max {
+			writeJSONError(w, http.StatusRequestEntityTooLarge, "payload_too_large", ReasonPayloadTooLarge,
+				fmt.Sprintf("the request body is %d bytes; the limit is %d bytes", r.ContentLength, max))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, max)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// setHTTPCode turns the handler's x-chatd-http-code metadata into the
+// response status (201 for a new chat or message).
+func setHTTPCode(ctx context.Context, w http.ResponseWriter, _ proto.Message) error {
+	md, ok := runtime.ServerMetadataFromContext(ctx)
+	if !ok {
+		return nil
+	}
+	if vals := md.HeaderMD.Get(HTTPCodeHeader); len(vals) > 0 {
+		code, err := strconv.Atoi(vals[0])
+		if err == nil {
+			w.WriteHeader(code)
+		}
+	}
+	return nil
+}
+
+// ErrorBody is the JSON of every error response.
+type ErrorBody struct {
+	// Message is a sentence a person can act on.
+	Message string `json:"message"`
+	// Code is the gRPC code in lower case ("not_found", ...).
+	Code string `json:"code"`
+	// Reason refines the code where clients branch on it ("CHAT_ARCHIVED").
+	Reason string `json:"reason,omitempty"`
+}
+
+// httpStatus maps a status to the contract's HTTP status: 400 bad input,
+// 401 no or bad token, 404 not found or not yours, 409 not allowed or
+// conflict, 413 too large, 429 over capacity.
+func httpStatus(st *status.Status, reason string) int {
+	switch st.Code() {
+	case codes.InvalidArgument, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.Unauthenticated:
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.NotFound:
+		return http.StatusNotFound
+	case codes.FailedPrecondition, codes.AlreadyExists, codes.Aborted:
+		return http.StatusConflict
+	case codes.ResourceExhausted:
+		switch reason {
+		case ReasonPayloadTooLarge:
+			return http.StatusRequestEntityTooLarge
+		case ReasonQueueFull:
+			return http.StatusConflict
+		}
+		return http.StatusTooManyRequests
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Canceled:
+		return 499
+	}
+	return http.StatusInternalServerError
+}
+
+func reasonOf(st *status.Status) string {
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
+}
+
+func writeError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) || strings.Contains(err.Error(), "http: request body too large") {
+		writeJSONError(w, http.StatusRequestEntityTooLarge, "payload_too_large", ReasonPayloadTooLarge,
+			"the request body is over the size limit")
+		return
+	}
+	st := status.Convert(err)
+	msg := st.Message()
+	if st.Code() == codes.InvalidArgument {
+		// A body the gateway could not decode: say so plainly.
+		switch {
+		case strings.HasPrefix(msg, "proto:"):
+			msg = "the request body is not valid JSON for this endpoint: " + strings.TrimSpace(strings.TrimPrefix(msg, "proto:"))
+		case msg == "unexpected EOF" || msg == "EOF":
+			msg = "the request body is not valid JSON: it ended early"
+		}
+	}
+	reason := reasonOf(st)
+	writeJSONError(w, httpStatus(st, reason), strings.ToLower(st.Code().String()), reason, msg)
+}
+
+func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
+	switch httpStatus {
+	case http.StatusNotFound:
+		writeJSONError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
+	case http.StatusMethodNotAllowed:
+		writeJSONError(w, http.StatusMethodNotAllowed, "unimplemented", "", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
+	default:
+		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
+	}
+}
+
+func writeJSONError(w http.ResponseWriter, code int, grpcCode, reason, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(ErrorBody{Message: msg, Code: grpcCode, Reason: reason})
+}

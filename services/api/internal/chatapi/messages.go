@@ -1,0 +1,196 @@
+package chatapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+)
+
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
+
+// ListMessages returns the transcript the user sees and the queue.
+func (s *Server) ListMessages(ctx context.Context, req *chatdv1.ListMessagesRequest) (*chatdv1.ListMessagesResponse, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	chat, err := s.readChat(ctx, c, req.GetChatId())
+	if err != nil {
+		return nil, err
+	}
+	// One snapshot for both lists, so a promotion between them cannot show
+	// a message twice or not at all.
+	var msgs []queries.ChatMessage
+	var queue []queries.ChatQueuedMessage
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		q := queries.New(tx)
+		var err error
+		if msgs, err = q.ChatMessageListVisible(ctx, chat.ID); err != nil {
+			return err
+		}
+		queue, err = q.ChatQueuedMessageList(ctx, chat.ID)
+		return err
+	})
+	if err != nil {
+		return nil, s.fail(ctx, fmt.Errorf("list messages of chat %s: %w", chat.ID, err))
+	}
+	resp := &chatdv1.ListMessagesResponse{}
+	if resp.Messages, err = messagesToProto(msgs); err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	if resp.QueuedMessages, err = queuedListToProto(queue); err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return resp, nil
+}
+
+// busyStates are where a sent message is queued rather than inserted.
+var busyStates = map[chatstate.State]bool{
+	chatstate.R0: true, chatstate.R1: true, chatstate.I0: true, chatstate.I1: true,
+	chatstate.A0: true, chatstate.A1: true,
+}
+
+// SendMessage applies SendMessage(m, busy_behavior).
+func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageRequest) (*chatdv1.SendMessageResponse, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	behavior, err := busyBehavior(req.GetBusyBehavior())
+	if err != nil {
+		return nil, err
+	}
+	content, err := s.userContent(req.GetContent(), false)
+	if err != nil {
+		return nil, err
+	}
+	effort, err := reasoningEffort(req.ReasoningEffort)
+	if err != nil {
+		return nil, err
+	}
+	requestID, err := validRequestID(req.RequestId)
+	if err != nil {
+		return nil, err
+	}
+	modelID, err := s.requestedModel(ctx, c, req.ModelConfigId)
+	if err != nil {
+		return nil, err
+	}
+	var hash []byte
+	if requestID != "" {
+		hash = requestHash(req, func(m proto.Message) { m.(*chatdv1.SendMessageRequest).RequestId = nil })
+	}
+	msg := chatstate.NewMessage{
+		Role: chatstate.RoleUser, Content: content, ModelConfigID: modelID, ReasoningEffort: effort, CreatedBy: &c.UserID,
+	}
+	var resp *chatdv1.SendMessageResponse
+	_, err = s.update(ctx, c, req.GetChatId(), func(tx *chatstate.Tx) error {
+		if requestID != "" {
+			if err := priorRequest(ctx, tx.Queries(), c.UserID, kindSendMessage, requestID, hash); err != nil {
+				return err
+			}
+		}
+		if busyStates[tx.State()] && tx.QueueLen() >= int64(s.cfg.MaxQueuedMessages) {
+			return statusError(codes.ResourceExhausted, ReasonQueueFull,
+				fmt.Sprintf("the chat already has %d queued messages, the limit; wait for them or delete some", tx.QueueLen()))
+		}
+		res, err := tx.SendMessage(ctx, msg, chatstate.BusyBehavior(behavior))
+		if err != nil {
+			return err
+		}
+		if resp, err = sendResponse(res); err != nil {
+			return err
+		}
+		if requestID == "" {
+			return nil
+		}
+		return recordRequest(ctx, tx.Queries(), c.UserID, kindSendMessage, requestID, tx.Chat().ID, hash, resp)
+	})
+	var stored chatdv1.SendMessageResponse
+	if ok, derr := replay(err, &stored); ok {
+		if derr != nil {
+			return nil, s.fail(ctx, derr)
+		}
+		return &stored, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	created(ctx)
+	return resp, nil
+}
+
+func sendResponse(res chatstate.SendMessageResult) (*chatdv1.SendMessageResponse, error) {
+	resp := &chatdv1.SendMessageResponse{Queued: res.Queued}
+	var err error
+	if res.Message != nil {
+		if resp.Message, err = messageToProto(*res.Message); err != nil {
+			return nil, err
+		}
+	}
+	if resp.Messages, err = messagesToProto(res.Messages); err != nil {
+		return nil, err
+	}
+	if res.QueuedMessage != nil {
+		if resp.QueuedMessage, err = queuedToProto(*res.QueuedMessage); err != nil {
+			return nil, err
+		}
+	}
+	return resp, nil
+}
+
+// requestedModel validates an explicit model_config_id for the caller's
+// organization; nil keeps the chat's model.
+func (s *Server) requestedModel(ctx context.Context, c auth.Claims, raw *string) (*uuid.UUID, error) {
+	requested, err := parseOptionalID("model_config_id", raw)
+	if err != nil || requested == nil {
+		return nil, err
+	}
+	model, err := s.models.ResolveForChat(ctx, c.OrganizationID, requested)
+	if err != nil {
+		return nil, s.modelError(ctx, err)
+	}
+	return &model.ID, nil
+}
+
+// EditMessage applies EditMessage(k, replacement): every non-archived state
+// lands in R0.
+func (s *Server) EditMessage(ctx context.Context, req *chatdv1.EditMessageRequest) (*chatdv1.EditMessageResponse, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	content, err := s.userContent(req.GetContent(), false)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetMessageId() <= 0 {
+		return nil, invalid("message_id must be a positive message ID")
+	}
+	var rows []queries.ChatMessage
+	_, err = s.update(ctx, c, req.GetChatId(), func(tx *chatstate.Tx) error {
+		var err error
+		rows, err = tx.EditMessage(ctx, req.GetMessageId(), chatstate.NewMessage{
+			Role: chatstate.RoleUser, Content: content, CreatedBy: &c.UserID,
+		}, nil)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := messagesToProto(rows)
+	if err != nil {
+		return nil, s.fail(ctx, err)
+	}
+	return &chatdv1.EditMessageResponse{Messages: msgs}, nil
+}

@@ -1,0 +1,164 @@
+// Package chatapi implements chatd.v1.ChatService: every endpoint of the
+// REST facade, each through exactly the state-machine transitions the spec
+// gives for it.
+package chatapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/modelconfig"
+)
+
+// Config holds the API's limits.
+type Config struct {
+	// MaxMessageBytes bounds a message's text (413 beyond it).
+	MaxMessageBytes int
+	// MaxQueuedMessages bounds a chat's queue (409 beyond it).
+	MaxQueuedMessages int
+}
+
+// Defaults for Config.
+const (
+	DefaultMaxMessageBytes   = 256 << 10
+	DefaultMaxQueuedMessages = 50
+)
+
+// Server implements chatdv1.ChatServiceServer.
+type Server struct {
+	chatdv1.UnimplementedChatServiceServer
+
+	cfg     Config
+	pool    *pgxpool.Pool
+	q       *queries.Queries
+	machine *chatstate.Machine
+	models  *modelconfig.Store
+	log     *slog.Logger
+	newID   func() uuid.UUID
+	now     func() time.Time
+
+	// seen caches callers whose user and organization rows exist.
+	seen sync.Map
+}
+
+// Deps are what a Server needs.
+type Deps struct {
+	Pool    *pgxpool.Pool
+	Machine *chatstate.Machine
+	Models  *modelconfig.Store
+	Log     *slog.Logger
+	// NewID and Now are injectable for deterministic tests.
+	NewID func() uuid.UUID
+	Now   func() time.Time
+}
+
+// New returns a Server.
+func New(cfg Config, d Deps) *Server {
+	if cfg.MaxMessageBytes <= 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.MaxQueuedMessages <= 0 {
+		cfg.MaxQueuedMessages = DefaultMaxQueuedMessages
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	if d.NewID == nil {
+		d.NewID = uuid.New
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	return &Server{
+		cfg: cfg, pool: d.Pool, q: queries.New(d.Pool), machine: d.Machine, models: d.Models,
+		log: d.Log, newID: d.NewID, now: d.Now,
+	}
+}
+
+// caller returns the authenticated caller, creating their user and
+// organization rows on first sight.
+func (s *Server) caller(ctx context.Context) (auth.Claims, error) {
+	c, ok := auth.ClaimsFrom(ctx)
+	if !ok {
+		return c, status.Error(codes.Unauthenticated, "a bearer token is required")
+	}
+	key := c.UserID.String() + "/" + c.OrganizationID.String()
+	if _, ok := s.seen.Load(key); ok {
+		return c, nil
+	}
+	if err := s.q.OrganizationEnsure(ctx, queries.OrganizationEnsureParams{ID: c.OrganizationID}); err != nil {
+		return c, s.fail(ctx, err)
+	}
+	if err := s.q.UserEnsure(ctx, queries.UserEnsureParams{ID: c.UserID}); err != nil {
+		return c, s.fail(ctx, err)
+	}
+	if err := s.q.OrganizationMemberEnsure(ctx, queries.OrganizationMemberEnsureParams{OrganizationID: c.OrganizationID, UserID: c.UserID}); err != nil {
+		return c, s.fail(ctx, err)
+	}
+	s.seen.Store(key, true)
+	return c, nil
+}
+
+// errNotYours reads exactly like a missing chat: someone else's chat is not
+// acknowledged to exist.
+var errNotYours = status.Error(codes.NotFound, "chat not found")
+
+func owns(c auth.Claims, chat queries.Chat) bool {
+	return chat.OwnerID == c.UserID && chat.OrganizationID == c.OrganizationID
+}
+
+// readChat loads a chat the caller owns.
+func (s *Server) readChat(ctx context.Context, c auth.Claims, rawID string) (queries.Chat, error) {
+	id, err := parseID("chat_id", rawID)
+	if err != nil {
+		return queries.Chat{}, err
+	}
+	snap, err := s.machine.Get(ctx, id)
+	if err != nil {
+		return queries.Chat{}, s.fail(ctx, err)
+	}
+	if !owns(c, snap.Chat) {
+		return queries.Chat{}, errNotYours
+	}
+	return snap.Chat, nil
+}
+
+// update runs fn as one transition bundle on a chat the caller owns; the
+// owner check happens under the bundle's row lock, before any mutation.
+func (s *Server) update(ctx context.Context, c auth.Claims, rawID string, fn func(*chatstate.Tx) error) (chatstate.Result, error) {
+	id, err := parseID("chat_id", rawID)
+	if err != nil {
+		return chatstate.Result{}, err
+	}
+	res, err := s.machine.Update(ctx, id, func(tx *chatstate.Tx) error {
+		if !owns(c, tx.Chat()) {
+			return errNotYours
+		}
+		return fn(tx)
+	})
+	if err != nil {
+		return res, s.fail(ctx, err)
+	}
+	return res, nil
+}
+
+// fail maps err to a status once, logging what is unexpected.
+func (s *Server) fail(ctx context.Context, err error) error {
+	var replay *replayError
+	if errors.As(err, &replay) {
+		return err
+	}
+	return toStatus(s.log, methodName(ctx), err)
+}

@@ -1,0 +1,93 @@
+package chatapi
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
+
+	"github.com/chatd/chatd/pkg/chatmsg"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+)
+
+// parseID parses a UUID argument named what.
+func parseID(what, s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, invalid("%s %q is not a valid UUID", what, s)
+	}
+	return id, nil
+}
+
+func parseOptionalID(what string, s *string) (*uuid.UUID, error) {
+	if s == nil || *s == "" {
+		return nil, nil
+	}
+	id, err := parseID(what, *s)
+	if err != nil {
+		return nil, err
+	}
+	return &id, nil
+}
+
+// userContent validates the parts of a message a user sends and converts
+// them. Users send text; every other part type is produced by models and
+// tools, and file attachments need uploads, which chatd does not offer yet.
+// allowEmpty lets chat creation start an idle chat.
+func (s *Server) userContent(parts []*chatdv1.MessagePart, allowEmpty bool) (chatmsg.Content, error) {
+	var content chatmsg.Content
+	size := 0
+	for i, p := range parts {
+		switch p.GetType() {
+		case string(chatmsg.PartText):
+			if p.Text == nil {
+				return nil, invalid("content[%d]: a text part needs a \"text\" field", i)
+			}
+			size += len(p.GetText())
+			content = append(content, chatmsg.Text(p.GetText()))
+		case "":
+			return nil, invalid("content[%d]: every part needs a \"type\" (\"text\")", i)
+		case string(chatmsg.PartFile):
+			return nil, invalid("content[%d]: file parts need an uploaded file, and uploads are not supported yet", i)
+		case string(chatmsg.PartReasoning), string(chatmsg.PartToolCall), string(chatmsg.PartToolResult):
+			return nil, invalid("content[%d]: a user message cannot carry a %q part; send text (tool results go to POST /api/v2/chats/{chat}/tool-results)", i, p.GetType())
+		default:
+			return nil, invalid("content[%d]: unknown part type %q; use \"text\"", i, p.GetType())
+		}
+	}
+	if size > s.cfg.MaxMessageBytes {
+		return nil, statusError(codes.ResourceExhausted, ReasonPayloadTooLarge,
+			fmt.Sprintf("the message is %d bytes; the limit is %d bytes", size, s.cfg.MaxMessageBytes))
+	}
+	if strings.TrimSpace(content.PlainText()) == "" && !(allowEmpty && len(parts) == 0) {
+		return nil, invalid("content must contain at least one non-empty text part")
+	}
+	return content, nil
+}
+
+// busyBehavior parses busy_behavior; empty means queue.
+func busyBehavior(s string) (string, error) {
+	switch s {
+	case "", "queue":
+		return "queue", nil
+	case "interrupt":
+		return "interrupt", nil
+	}
+	return "", invalid("busy_behavior %q must be \"queue\" or \"interrupt\"", s)
+}
+
+// reasoningEfforts is the global effort scale.
+var reasoningEfforts = map[string]bool{
+	"none": true, "minimal": true, "low": true, "medium": true, "high": true, "xhigh": true, "max": true,
+}
+
+func reasoningEffort(s *string) (*string, error) {
+	if s == nil || *s == "" {
+		return nil, nil
+	}
+	if !reasoningEfforts[*s] {
+		return nil, invalid("reasoning_effort %q must be one of none, minimal, low, medium, high, xhigh, max", *s)
+	}
+	return s, nil
+}
