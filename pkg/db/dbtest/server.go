@@ -2,6 +2,7 @@ package dbtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -20,6 +21,12 @@ import (
 // The URL's database is only used to connect; tests get their own databases.
 const EnvDatabaseURL = "CHATD_TEST_DATABASE_URL"
 
+// EnvPostgres names the variable that chooses how tests find Postgres. Empty
+// (or "auto") follows the order ServerURL gives; "throwaway" always starts a
+// throwaway cluster from the local PostgreSQL binaries, ignoring
+// CHATD_TEST_DATABASE_URL and never probing 127.0.0.1:5432.
+const EnvPostgres = "CHATD_TEST_POSTGRES"
+
 // defaultURL is the server a developer machine usually has.
 const defaultURL = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
@@ -33,6 +40,8 @@ var (
 // ServerURL returns the admin URL of the Postgres server tests use, in the
 // order DESIGN.md gives: CHATD_TEST_DATABASE_URL, else 127.0.0.1:5432, else
 // a throwaway cluster started from the local PostgreSQL binaries.
+// CHATD_TEST_POSTGRES=throwaway skips the first two and always starts a
+// throwaway cluster (one per test process, removed by Stop).
 func ServerURL() (string, error) {
 	serverOnce.Do(func() {
 		serverURL, serverErr = findServer()
@@ -41,6 +50,18 @@ func ServerURL() (string, error) {
 }
 
 func findServer() (string, error) {
+	switch mode := os.Getenv(EnvPostgres); mode {
+	case "", "auto":
+	case "throwaway":
+		c, err := startThrowawayCluster()
+		if err != nil {
+			return "", fmt.Errorf("%s=throwaway: cannot start a throwaway cluster (install the postgresql package): %w", EnvPostgres, err)
+		}
+		cluster = c
+		return c.url, nil
+	default:
+		return "", fmt.Errorf("%s=%q: want throwaway, auto or empty", EnvPostgres, mode)
+	}
 	if u := os.Getenv(EnvDatabaseURL); u != "" {
 		if err := ping(u); err != nil {
 			return "", fmt.Errorf("%s=%s is not reachable: %w", EnvDatabaseURL, u, err)
@@ -71,7 +92,7 @@ func ping(url string) error {
 
 // throwawayCluster is a private Postgres started for one test process.
 type throwawayCluster struct {
-	dir string
+	dir string // holds data/ (the cluster), log and the Unix socket
 	url string
 	run func(name string, args ...string) *exec.Cmd
 }
@@ -82,34 +103,79 @@ func Stop() {
 	if cluster == nil {
 		return
 	}
-	_ = cluster.run(pgBin("pg_ctl"), "-D", filepath.Join(cluster.dir, "data"), "-m", "immediate", "-w", "stop").Run()
-	_ = os.RemoveAll(cluster.dir)
+	_ = cluster.stop()
 	cluster = nil
 }
 
-func startThrowawayCluster() (*throwawayCluster, error) {
-	initdb := pgBin("initdb")
-	if _, err := os.Stat(initdb); err != nil {
-		return nil, fmt.Errorf("initdb not found (looked for %s)", initdb)
+// stop shuts the cluster down and removes its directory.
+func (c *throwawayCluster) stop() error {
+	var errs []error
+	if out, err := c.run(pgBin("pg_ctl"), "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop").CombinedOutput(); err != nil {
+		errs = append(errs, fmt.Errorf("pg_ctl stop: %v: %s", err, out))
 	}
-	dir, err := os.MkdirTemp("", "chatd-pg-")
+	if err := os.RemoveAll(c.dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func startThrowawayCluster() (c *throwawayCluster, err error) {
+	initdb, pgCtl := pgBin("initdb"), pgBin("pg_ctl")
+	for _, bin := range []string{initdb, pgCtl} {
+		if _, err := os.Stat(bin); err != nil {
+			return nil, fmt.Errorf("%s not found on PATH or under /usr/lib/postgresql/*/bin", filepath.Base(bin))
+		}
+	}
+	// The socket path must stay under the kernel's ~107-byte limit, so a
+	// long TMPDIR is not used; as root the directory must also be reachable
+	// by the postgres user, which a private TMPDIR (under /root) is not.
+	parent := os.TempDir()
+	if len(parent) > 40 || os.Geteuid() == 0 {
+		parent = "/tmp"
+	}
+	dir, err := os.MkdirTemp(parent, "chatd-pg-")
 	if err != nil {
 		return nil, err
 	}
-	run := func(name string, args ...string) *exec.Cmd { return exec.Command(name, args...) }
+	defer func() {
+		if err != nil {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	// Commands run inside dir: as the postgres user the caller's working
+	// directory may be unreadable, which initdb and postgres refuse.
+	run := func(name string, args ...string) *exec.Cmd {
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		return cmd
+	}
 	// initdb refuses to run as root: run the cluster as the postgres user.
 	if os.Geteuid() == 0 {
 		pg, err := user.Lookup("postgres")
 		if err != nil {
 			return nil, fmt.Errorf("running as root and no postgres user to run initdb as: %w", err)
 		}
-		uid, _ := strconv.Atoi(pg.Uid)
-		gid, _ := strconv.Atoi(pg.Gid)
+		uid, err := strconv.Atoi(pg.Uid)
+		if err != nil {
+			return nil, fmt.Errorf("postgres user: uid %q: %w", pg.Uid, err)
+		}
+		gid, err := strconv.Atoi(pg.Gid)
+		if err != nil {
+			return nil, fmt.Errorf("postgres user: gid %q: %w", pg.Gid, err)
+		}
 		if err := os.Chown(dir, uid, gid); err != nil {
 			return nil, err
 		}
+		runuser, err := exec.LookPath("runuser")
+		if err != nil {
+			return nil, fmt.Errorf("running as root: runuser is needed to run initdb as the postgres user: %w", err)
+		}
 		run = func(name string, args ...string) *exec.Cmd {
-			return exec.Command("runuser", append([]string{"-u", "postgres", "--", name}, args...)...)
+			cmd := exec.Command(runuser, append([]string{"-u", "postgres", "--", name}, args...)...)
+			cmd.Dir = dir
+			// root's HOME is not the postgres user's; nothing should read it.
+			cmd.Env = append(os.Environ(), "HOME="+dir)
+			return cmd
 		}
 	}
 	port, err := freePort()
@@ -117,11 +183,13 @@ func startThrowawayCluster() (*throwawayCluster, error) {
 		return nil, err
 	}
 	data := filepath.Join(dir, "data")
-	if out, err := run(initdb, "-D", data, "-U", "postgres", "-A", "trust", "--no-sync").CombinedOutput(); err != nil {
+	// A fixed locale keeps initdb independent of the caller's LANG/LC_*
+	// (an uninstalled locale makes it fail) while the encoding stays UTF8.
+	if out, err := run(initdb, "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "--encoding=UTF8", "--locale=C").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("initdb: %v: %s", err, out)
 	}
 	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300", port, dir)
-	if out, err := run(pgBin("pg_ctl"), "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
+	if out, err := run(pgCtl, "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		return nil, fmt.Errorf("pg_ctl start: %v: %s %s", err, out, log)
 	}

@@ -329,4 +329,3 @@ func (s *Server) UpdateChat(ctx context.Context, req *chatdv1.UpdateChatRequest)
 	}
 	return &chatdv1.UpdateChatResponse{Chat: pc}, nil
 }
-

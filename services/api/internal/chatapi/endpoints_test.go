@@ -122,7 +122,9 @@ func chatPath(suffix string) func(*api, uuid.UUID) string {
 var endpoints = []endpoint{
 	{
 		name: "send queue", method: "POST", path: chatPath("/messages"),
-		body: func(*api, uuid.UUID) any { return map[string]any{"content": textContent("next"), "busy_behavior": "queue"} },
+		body: func(*api, uuid.UUID) any {
+			return map[string]any{"content": textContent("next"), "busy_behavior": "queue"}
+		},
 		cases: []endpointCase{
 			{chatstate.W, false, chatstate.R0, 201}, {chatstate.E0, false, chatstate.R0, 201}, {chatstate.E1, false, chatstate.R1, 201},
 			{chatstate.R0, true, chatstate.R1, 201}, {chatstate.R1, true, chatstate.R1, 201}, {chatstate.I0, true, chatstate.I1, 201},
@@ -132,7 +134,9 @@ var endpoints = []endpoint{
 	},
 	{
 		name: "send interrupt", method: "POST", path: chatPath("/messages"),
-		body: func(*api, uuid.UUID) any { return map[string]any{"content": textContent("now"), "busy_behavior": "interrupt"} },
+		body: func(*api, uuid.UUID) any {
+			return map[string]any{"content": textContent("now"), "busy_behavior": "interrupt"}
+		},
 		cases: []endpointCase{
 			{chatstate.W, false, chatstate.R0, 201}, {chatstate.E0, false, chatstate.R0, 201}, {chatstate.E1, false, chatstate.R1, 201},
 			{chatstate.R0, true, chatstate.I1, 201}, {chatstate.R1, true, chatstate.I1, 201}, {chatstate.I0, true, chatstate.I1, 201},
@@ -157,7 +161,9 @@ var endpoints = []endpoint{
 	},
 	{
 		name: "delete queued", method: "DELETE",
-		path: func(a *api, id uuid.UUID) string { return fmt.Sprintf("/api/v2/chats/%s/queue/%d", id, headQueued(a, id)) },
+		path: func(a *api, id uuid.UUID) string {
+			return fmt.Sprintf("/api/v2/chats/%s/queue/%d", id, headQueued(a, id))
+		},
 		cases: []endpointCase{
 			{chatstate.E1, false, chatstate.E0, 200}, {chatstate.R1, true, chatstate.R0, 200},
 			{chatstate.I1, true, chatstate.I0, 200}, {chatstate.A1, true, chatstate.A0, 200},
@@ -216,7 +222,7 @@ var endpoints = []endpoint{
 	},
 	{
 		name: "unarchive", method: "PATCH", path: chatPath(""),
-		body: func(*api, uuid.UUID) any { return map[string]any{"archived": false} },
+		body:  func(*api, uuid.UUID) any { return map[string]any{"archived": false} },
 		cases: []endpointCase{{chatstate.XW, false, chatstate.W, 200}},
 	},
 	{
