@@ -240,3 +240,5 @@ func testLogger(t *testing.T) *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
+
+func timeAfter5s() <-chan time.Time { return time.After(5 * time.Second) }
