@@ -35,7 +35,7 @@ const testSecret = "test-secret-test-secret-test-secret-0123"
 // api is a running api service: real Postgres, in-process NATS, the real
 // HTTP gateway on a local port.
 type api struct {
-	t       *testing.T
+	t       testing.TB
 	base    string
 	pool    *pgxpool.Pool
 	nc      *nats.Conn
@@ -51,7 +51,7 @@ type user struct {
 
 type apiOption func(*chatapi.AppConfig)
 
-func startAPI(t *testing.T, opts ...apiOption) *api {
+func startAPI(t testing.TB, opts ...apiOption) *api {
 	t.Helper()
 	dbURL := dbtest.NewDatabase(t)
 	natsURL := natstest.URL(t)
@@ -219,7 +219,7 @@ func (a *api) watch(id uuid.UUID) *updates {
 }
 
 // next waits for the next notification.
-func (u *updates) next(t *testing.T) *chatdv1.ChatUpdateNotification {
+func (u *updates) next(t testing.TB) *chatdv1.ChatUpdateNotification {
 	t.Helper()
 	select {
 	case <-u.note:
@@ -234,7 +234,7 @@ func (u *updates) next(t *testing.T) *chatdv1.ChatUpdateNotification {
 }
 
 // testLogger discards logs unless the test runs verbose.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
@@ -242,3 +242,13 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 func timeAfter5s() <-chan time.Time { return time.After(5 * time.Second) }
+
+// after waits for the next notification newer than version.
+func (u *updates) after(t testing.TB, version int64) *chatdv1.ChatUpdateNotification {
+	t.Helper()
+	for {
+		if n := u.next(t); n.GetSnapshotVersion() > version {
+			return n
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package chatapi_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+)
+
+// BenchmarkSendToNotification measures POST /messages → committed →
+// chat:update published and received, from 16 concurrent clients, each on
+// its own chat. Between sends a worker finishes the turn (untimed). Reports
+// the p50 and p99 latency.
+func BenchmarkSendToNotification(b *testing.B) {
+	const clients = 16
+	a := startAPI(b)
+	ids := make([]uuid.UUID, clients)
+	for i := range ids {
+		ids[i] = a.createChat("hello")
+		a.worker(ids[i], func(ctx context.Context, tx *chatstate.Tx) error { _, err := tx.FinishTurn(ctx); return err })
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for c := 0; c < clients; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := ids[c]
+			notes := a.watch(id)
+			// Notifications of the setup may still arrive: skip up to here.
+			seen := a.snapshot(id).Chat.SnapshotVersion
+			body := map[string]any{"content": textContent("ping")}
+			path := "/api/v2/chats/" + id.String() + "/messages"
+			for next.Add(1) <= int64(b.N) {
+				start := time.Now()
+				r := a.call("POST", path, a.user.token, body)
+				if r.code != http.StatusCreated {
+					b.Errorf("send: %d %s", r.code, r.raw)
+					return
+				}
+				n := notes.after(b, seen)
+				if n.GetStatus() != "running" {
+					b.Errorf("want the send's notification, got status %s", n.GetStatus())
+					return
+				}
+				d := time.Since(start)
+				mu.Lock()
+				lat = append(lat, d)
+				mu.Unlock()
+				a.worker(id, func(ctx context.Context, tx *chatstate.Tx) error { _, err := tx.FinishTurn(ctx); return err })
+				seen = notes.after(b, n.GetSnapshotVersion()).GetSnapshotVersion() // the turn's end
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
