@@ -14,6 +14,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/services/api/internal/chatapi"
 )
 
 func TestCreateTitlesAndShapes(t *testing.T) {
@@ -196,4 +197,15 @@ func TestNotifications(t *testing.T) {
 	case <-timeAfter5s():
 		t.Fatal("no chat:ownership for a runnable unowned chat")
 	}
+}
+
+// TestNATSOutageNeverFailsRequests: with no NATS server at all, requests
+// still commit and answer; notifications are hints.
+func TestNATSOutageNeverFailsRequests(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, func(c *chatapi.AppConfig) { c.NATSURL = "nats://127.0.0.1:1" })
+	id := a.createChat("hello")
+	r := a.call("POST", "/api/v2/chats/"+id.String()+"/messages", a.user.token, map[string]any{"content": textContent("again")})
+	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
+	require.Equal(t, chatstate.R1, a.snapshot(id).State())
 }
