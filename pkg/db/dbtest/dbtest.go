@@ -118,7 +118,7 @@ func ensureTemplate(admin string) (string, error) {
 		return "", err
 	}
 	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock(hashtext('chatd_dbtest_template'))") //nolint:errcheck
-	if err := dropLeftovers(ctx, conn, name); err != nil {
+	if err := dropLeftovers(ctx, conn, name, isLocalServer(admin)); err != nil {
 		return "", err
 	}
 	var exists bool
@@ -144,39 +144,70 @@ func ensureTemplate(admin string) (string, error) {
 	if err := migrate.Up(ctx, u); err != nil {
 		return "", err
 	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("COMMENT ON DATABASE %s IS 'chatd template built %d'", building, time.Now().Unix())); err != nil {
+		return "", err
+	}
 	if _, err := conn.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s RENAME TO %s", building, name)); err != nil {
 		return "", err
 	}
 	return name, nil
 }
 
-// dropLeftovers removes what earlier runs left behind on a shared server:
-// templates of other migration sets, and test databases of processes on this
-// machine that no longer exist (a run killed before its cleanups ran).
-func dropLeftovers(ctx context.Context, conn *pgx.Conn, keep string) error {
-	rows, err := conn.Query(ctx, `SELECT datname FROM pg_database WHERE datname LIKE 'chatd\_template\_%' OR datname LIKE 'chatd\_test\_%'`)
+// staleTemplateAge is how long a template of another migration set is kept:
+// another checkout or branch testing against the same server may still use
+// it, so only templates nobody has rebuilt for a day are dropped.
+const staleTemplateAge = 24 * time.Hour
+
+// dropLeftovers removes what earlier runs left behind: templates of other
+// migration sets older than staleTemplateAge (their age is in the database
+// comment written when they were built), and, on a server on this machine
+// only, test databases of processes that no longer exist (a run killed
+// before its cleanups ran). A remote server's test databases may belong to
+// live processes elsewhere, so they are left alone.
+func dropLeftovers(ctx context.Context, conn *pgx.Conn, keep string, local bool) error {
+	rows, err := conn.Query(ctx, `
+		SELECT datname, COALESCE(shobj_description(oid, 'pg_database'), '')
+		FROM pg_database
+		WHERE datname LIKE 'chatd\_template\_%' OR datname LIKE 'chatd\_test\_%'`)
 	if err != nil {
 		return err
 	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type db struct{ name, comment string }
+	dbs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (db, error) {
+		var d db
+		err := r.Scan(&d.name, &d.comment)
+		return d, err
+	})
 	if err != nil {
 		return err
 	}
-	for _, n := range names {
+	for _, d := range dbs {
 		stale := false
 		var pid, seq int
-		if _, err := fmt.Sscanf(n, "chatd_test_%d_%d", &pid, &seq); err == nil {
-			stale = !processAlive(pid)
-		} else if n != keep && !strings.HasSuffix(n, "_building") {
-			stale = true // a template of another migration set
+		if _, err := fmt.Sscanf(d.name, "chatd_test_%d_%d", &pid, &seq); err == nil {
+			stale = local && !processAlive(pid)
+		} else if d.name != keep {
+			var built int64
+			_, err := fmt.Sscanf(d.comment, "chatd template built %d", &built)
+			stale = err == nil && time.Since(time.Unix(built, 0)) > staleTemplateAge
 		}
 		if stale {
-			if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", pgx.Identifier{n}.Sanitize())); err != nil {
-				return fmt.Errorf("drop leftover database %s: %w", n, err)
+			if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", pgx.Identifier{d.name}.Sanitize())); err != nil {
+				return fmt.Errorf("drop leftover database %s: %w", d.name, err)
 			}
 		}
 	}
 	return nil
+}
+
+// isLocalServer reports whether the admin URL points at this machine.
+func isLocalServer(admin string) bool {
+	cfg, err := pgx.ParseConfig(admin)
+	if err != nil {
+		return false
+	}
+	h := cfg.Host
+	return h == "" || strings.HasPrefix(h, "/") || h == "localhost" || h == "127.0.0.1" || h == "::1"
 }
 
 // processAlive reports whether a process with that PID exists here.

@@ -259,7 +259,7 @@ func TestEndpointsApplyTheirTransitions(t *testing.T) {
 			}
 			require.Equal(t, c.code, r.code, "%s: %s", name, r.raw)
 			require.Equal(t, c.want, after.State(), "%s: %s", name, r.raw)
-			n := updates.next(t)
+			n := updates.after(t, before.Chat.SnapshotVersion)
 			require.Equal(t, after.Chat.SnapshotVersion, n.GetSnapshotVersion(), name)
 			require.Equal(t, string(after.Chat.Status), n.GetStatus(), name)
 			require.Equal(t, after.Chat.Archived, n.GetArchived(), name)
