@@ -48,6 +48,14 @@ func TestAuthMatrix(t *testing.T) {
 		{"POST", chat + "/clear", nil, true},
 		{"POST", chat + "/reconcile-invalid", nil, true},
 		{"GET", fmt.Sprintf("/api/v2/organizations/%s/chats/models", a.user.org), nil, false},
+		{"GET", "/api/v2/chats/providers", nil, false},
+		{"POST", "/api/v2/chats/providers", map[string]any{"provider_type": "openai"}, false},
+		{"PATCH", "/api/v2/chats/providers/" + id.String(), map[string]any{"display_name": "x"}, false},
+		{"DELETE", "/api/v2/chats/providers/" + id.String(), nil, false},
+		{"GET", fmt.Sprintf("/api/v2/organizations/%s/chats/model-configs", a.user.org), nil, false},
+		{"POST", fmt.Sprintf("/api/v2/organizations/%s/chats/model-configs", a.user.org), map[string]any{"model": "m"}, false},
+		{"PATCH", fmt.Sprintf("/api/v2/organizations/%s/chats/model-configs/%s", a.user.org, id), map[string]any{"model": "m"}, false},
+		{"DELETE", fmt.Sprintf("/api/v2/organizations/%s/chats/model-configs/%s", a.user.org, id), nil, false},
 	}
 	before := a.snapshot(id)
 	for _, req := range requests {

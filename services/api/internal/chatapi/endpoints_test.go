@@ -48,7 +48,13 @@ func (a *api) reach(s chatstate.State, owned bool) uuid.UUID {
 		if s == chatstate.E1 {
 			send()
 		}
-		a.worker(id, func(ctx context.Context, tx *chatstate.Tx) error { return tx.FinishError(ctx, "provider exploded") })
+		a.worker(id, func(ctx context.Context, tx *chatstate.Tx) error {
+			// A reply, then a failure on the next step.
+			if _, err := tx.CommitStep(ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: chatmsg.Content{chatmsg.Text("partly")}}}}); err != nil {
+				return err
+			}
+			return tx.FinishError(ctx, "provider exploded")
+		})
 	case chatstate.I0, chatstate.I1:
 		if s == chatstate.I1 {
 			send()
@@ -202,7 +208,8 @@ var endpoints = []endpoint{
 	{
 		name: "compact", method: "POST", path: chatPath("/compact"),
 		cases: []endpointCase{
-			{chatstate.W, false, chatstate.R0, 200}, {chatstate.R0, true, "", 0}, {chatstate.XW, false, "", 0},
+			{chatstate.W, false, chatstate.R0, 200}, {chatstate.E0, false, chatstate.R0, 200}, {chatstate.E1, false, chatstate.R1, 200},
+			{chatstate.R0, true, "", 0}, {chatstate.XW, false, "", 0},
 		},
 	},
 	{
