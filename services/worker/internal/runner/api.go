@@ -1,0 +1,89 @@
+// Package runner is the chat runner: one event loop per (chat, runner ID)
+// that drives a chat forward through the core state machine (spec "Chat
+// runner", "Event processing", "Runner goroutines").
+package runner
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/partbuf"
+)
+
+// Event is one chat state update the runner's loop processes (spec "Event
+// shape"). It comes from chat:update notifications, the runner manager's
+// database sync, the runner's own goroutines after they commit, and the
+// bootstrap fetch.
+type Event struct {
+	WorkerID          *uuid.UUID
+	RunnerID          *uuid.UUID
+	SnapshotVersion   int64
+	HistoryVersion    int64
+	GenerationAttempt int64
+	Archived          bool
+	Status            chatstate.Status
+}
+
+// EventFromChat builds an Event from a chat row.
+func EventFromChat(c queries.Chat) Event {
+	return Event{
+		WorkerID: c.WorkerID, RunnerID: c.RunnerID, SnapshotVersion: c.SnapshotVersion,
+		HistoryVersion: c.HistoryVersion, GenerationAttempt: c.GenerationAttempt,
+		Archived: c.Archived, Status: c.Status,
+	}
+}
+
+// Config holds the runner's limits (DESIGN.md "From chat-runs", spec
+// "Generation goroutine").
+type Config struct {
+	MaxGenerationRetries int           // CHATD_MAX_GENERATION_RETRIES, default 25
+	MaxStepsPerTurn      int           // CHATD_MAX_STEPS_PER_TURN, default 1200
+	TurnMaxDuration      time.Duration // CHATD_TURN_MAX_SECONDS; 0 = unlimited
+	TTFTTimeout          time.Duration // CHATD_TTFT_TIMEOUT_SECONDS; 0 = none
+	RetryBaseDelay       time.Duration // first backoff, default 1s
+	RetryMaxDelay        time.Duration // backoff cap, default 30s
+}
+
+// Deps are the runner's collaborators, shared by every runner of a worker.
+type Deps struct {
+	Pool    *pgxpool.Pool
+	Machine *chatstate.Machine
+	NATS    *nats.Conn
+	Parts   *partbuf.Buffer
+	Clock   clockwork.Clock
+	Log     *slog.Logger
+	Config  Config
+	// RequestCleanup asks the runner manager to stop and clean up this
+	// runner (event processing step 2). It must not block.
+	RequestCleanup func(chatID, runnerID uuid.UUID)
+}
+
+// Spec identifies one runner.
+type Spec struct {
+	ChatID, WorkerID, RunnerID uuid.UUID
+	// TakenOver: acquired from an owner whose heartbeat went stale.
+	TakenOver bool
+}
+
+// Runner is one chat runner. Create it with New, start it with Run, feed it
+// database sync results with Deliver.
+type Runner interface {
+	// Run subscribes to chat:update:<id>, then fetches the chat (subscribe
+	// then fetch), and processes events until ctx is done. It waits for its
+	// goroutines before returning.
+	Run(ctx context.Context) error
+	// Deliver hands the runner an event from the database sync loop. It never
+	// blocks; events may be coalesced to the newest.
+	Deliver(Event)
+}
+
+// New returns a runner for spec. It is implemented in runner.go.
+func New(deps Deps, spec Spec) Runner { return newRunner(deps, spec) }
