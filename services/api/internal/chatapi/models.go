@@ -58,14 +58,40 @@ func (s *Server) admin(ctx context.Context) (auth.Claims, error) {
 	return c, nil
 }
 
+// memberIn returns the organization in the path when the caller belongs to it.
+func (s *Server) memberIn(ctx context.Context, rawOrg string) (uuid.UUID, error) {
+	c, err := s.caller(ctx)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	return memberOf(c, rawOrg)
+}
+
+// adminIn is memberIn for deployment admins only.
+func (s *Server) adminIn(ctx context.Context, rawOrg string) (uuid.UUID, error) {
+	c, err := s.admin(ctx)
+	if err != nil {
+		return uuid.Nil, err
+	}
+	return memberOf(c, rawOrg)
+}
+
+func (s *Server) modelConfigsToProto(ctx context.Context, configs []modelconfig.ModelConfig) ([]*chatdv1.ModelConfig, error) {
+	out := make([]*chatdv1.ModelConfig, 0, len(configs))
+	for _, mc := range configs {
+		pm, err := modelConfigToProto(mc)
+		if err != nil {
+			return nil, s.fail(ctx, err)
+		}
+		out = append(out, pm)
+	}
+	return out, nil
+}
+
 // ListModels returns the organization's model configs, the providers'
 // availability (redacted) and the provider types this build cannot serve.
 func (s *Server) ListModels(ctx context.Context, req *chatdv1.ListModelsRequest) (*chatdv1.ListModelsResponse, error) {
-	c, err := s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	org, err := memberOf(c, req.GetOrganizationId())
+	org, err := s.memberIn(ctx, req.GetOrganizationId())
 	if err != nil {
 		return nil, err
 	}
@@ -78,12 +104,8 @@ func (s *Server) ListModels(ctx context.Context, req *chatdv1.ListModelsRequest)
 		return nil, s.modelError(ctx, err)
 	}
 	resp := &chatdv1.ListModelsResponse{UnsupportedProviderTypes: []string{}}
-	for _, mc := range configs {
-		pm, err := modelConfigToProto(mc)
-		if err != nil {
-			return nil, s.fail(ctx, err)
-		}
-		resp.ModelConfigs = append(resp.ModelConfigs, pm)
+	if resp.ModelConfigs, err = s.modelConfigsToProto(ctx, configs); err != nil {
+		return nil, err
 	}
 	for _, d := range descs {
 		pd := &chatdv1.ProviderDescriptor{
@@ -199,11 +221,7 @@ func (s *Server) DeleteProvider(ctx context.Context, req *chatdv1.DeleteProvider
 
 // ListModelConfigs lists the organization's live model configs.
 func (s *Server) ListModelConfigs(ctx context.Context, req *chatdv1.ListModelConfigsRequest) (*chatdv1.ListModelConfigsResponse, error) {
-	c, err := s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	org, err := memberOf(c, req.GetOrganizationId())
+	org, err := s.memberIn(ctx, req.GetOrganizationId())
 	if err != nil {
 		return nil, err
 	}
@@ -211,24 +229,16 @@ func (s *Server) ListModelConfigs(ctx context.Context, req *chatdv1.ListModelCon
 	if err != nil {
 		return nil, s.modelError(ctx, err)
 	}
-	resp := &chatdv1.ListModelConfigsResponse{}
-	for _, mc := range configs {
-		pm, err := modelConfigToProto(mc)
-		if err != nil {
-			return nil, s.fail(ctx, err)
-		}
-		resp.ModelConfigs = append(resp.ModelConfigs, pm)
+	out, err := s.modelConfigsToProto(ctx, configs)
+	if err != nil {
+		return nil, err
 	}
-	return resp, nil
+	return &chatdv1.ListModelConfigsResponse{ModelConfigs: out}, nil
 }
 
 // CreateModelConfig adds a model config to the organization.
 func (s *Server) CreateModelConfig(ctx context.Context, req *chatdv1.CreateModelConfigRequest) (*chatdv1.CreateModelConfigResponse, error) {
-	c, err := s.admin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	org, err := memberOf(c, req.GetOrganizationId())
+	org, err := s.adminIn(ctx, req.GetOrganizationId())
 	if err != nil {
 		return nil, err
 	}
@@ -258,11 +268,7 @@ func (s *Server) CreateModelConfig(ctx context.Context, req *chatdv1.CreateModel
 
 // UpdateModelConfig changes a model config.
 func (s *Server) UpdateModelConfig(ctx context.Context, req *chatdv1.UpdateModelConfigRequest) (*chatdv1.UpdateModelConfigResponse, error) {
-	c, err := s.admin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	org, err := memberOf(c, req.GetOrganizationId())
+	org, err := s.adminIn(ctx, req.GetOrganizationId())
 	if err != nil {
 		return nil, err
 	}
@@ -295,11 +301,7 @@ func (s *Server) UpdateModelConfig(ctx context.Context, req *chatdv1.UpdateModel
 
 // DeleteModelConfig removes a model config (a new default is elected).
 func (s *Server) DeleteModelConfig(ctx context.Context, req *chatdv1.DeleteModelConfigRequest) (*chatdv1.DeleteModelConfigResponse, error) {
-	c, err := s.admin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	org, err := memberOf(c, req.GetOrganizationId())
+	org, err := s.adminIn(ctx, req.GetOrganizationId())
 	if err != nil {
 		return nil, err
 	}
