@@ -39,8 +39,8 @@ func NewGateway(ctx context.Context, conn *grpc.ClientConn, maxBody int64) (http
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.WithForwardResponseOption(setHTTPCode),
 		runtime.WithOutgoingHeaderMatcher(func(key string) (string, bool) {
-			if key == HTTPCodeHeader {
-				return "", false
+			if key == HTTPCodeHeader || key == "content-type" {
+				return "", false // internal: the status, and gRPC's own content type
 			}
 			return runtime.DefaultHeaderMatcher(key)
 		}),
