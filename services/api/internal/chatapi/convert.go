@@ -3,7 +3,6 @@ package chatapi
 import (
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -230,11 +229,4 @@ func valueToJSON(v *structpb.Value) (json.RawMessage, error) {
 		return json.RawMessage(`null`), nil
 	}
 	return protojson.Marshal(v)
-}
-
-func timeOrZero(t *time.Time) time.Time {
-	if t == nil {
-		return time.Time{}
-	}
-	return *t
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -72,9 +73,9 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	case errors.Is(err, chatstate.ErrQueuedMessageNotFound):
 		return status.Error(codes.NotFound, "queued message not found in this chat")
 	case errors.Is(err, chatstate.ErrFamilyArchived):
-		return statusError(codes.FailedPrecondition, ReasonFamilyArchived, unwrapSentence(err))
+		return statusError(codes.FailedPrecondition, ReasonFamilyArchived, sentence(err, chatstate.ErrFamilyArchived))
 	case errors.Is(err, chatstate.ErrInvalidArgument):
-		return status.Error(codes.InvalidArgument, unwrapSentence(err))
+		return status.Error(codes.InvalidArgument, sentence(err, chatstate.ErrInvalidArgument))
 	case errors.Is(err, chatstate.ErrFenced):
 		return statusError(codes.Aborted, "", "the chat changed while the request ran; retry it")
 	}
@@ -82,5 +83,8 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	return status.Error(codes.Internal, "internal error; the request was not applied")
 }
 
-// unwrapSentence returns the human part of a wrapped domain error.
-func unwrapSentence(err error) string { return err.Error() }
+// sentence returns the human part of a domain error wrapped around
+// sentinel: the text without the sentinel's own ": invalid argument" tail.
+func sentence(err, sentinel error) string {
+	return strings.TrimSuffix(err.Error(), ": "+sentinel.Error())
+}
