@@ -1,0 +1,107 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/partbuf"
+)
+
+// update applies fn as one fenced bundle: the fence is checked first, and a
+// committed bundle's snapshot is fed back to the loop (the fast path).
+func (r *runner) update(ctx context.Context, in intent, fn func(tx *chatstate.Tx) error) (chatstate.Result, error) {
+	res, err := r.deps.Machine.Update(ctx, r.spec.ChatID, func(tx *chatstate.Tx) error {
+		if err := tx.CheckFence(in.fence()); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+	if err != nil {
+		return res, err
+	}
+	r.submit(EventFromChat(res.Chat))
+	return res, nil
+}
+
+// interrupt is the interrupt goroutine: it closes the episode of the
+// current (history_version, generation_attempt), keeps its streamed text
+// as the partial assistant message and applies FinishInterruption.
+//
+// It reads the attempt, closes the episode and finishes in one bundle: the
+// episode's parts are read under the same lock that fences the transition.
+func (r *runner) interrupt(ctx context.Context, in intent) error {
+	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
+		ep := partbuf.Episode{ChatID: r.spec.ChatID, HistoryVersion: in.HistoryVersion, GenerationAttempt: tx.Chat().GenerationAttempt}
+		var parts []partbuf.Part
+		if r.deps.Parts != nil {
+			r.deps.Parts.CloseEpisode(ep)
+			var err error
+			parts, err = r.deps.Parts.GetParts(ep)
+			if err != nil && !errors.Is(err, partbuf.ErrEpisodeNotFound) {
+				return fmt.Errorf("error reading parts of episode %s: %w", ep, err)
+			}
+		}
+		_, err := tx.FinishInterruption(ctx, partialMessage(parts))
+		return err
+	})
+	return err
+}
+
+// partialMessage builds the interrupted assistant message from an episode's
+// streamed text deltas; nil when there is no text.
+func partialMessage(parts []partbuf.Part) []chatstate.NewMessage {
+	var b strings.Builder
+	for _, p := range parts {
+		var d streamPart
+		if err := json.Unmarshal(p.Data, &d); err != nil {
+			continue
+		}
+		if d.Type == chatmsg.PartText {
+			b.WriteString(d.Text)
+		}
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: chatmsg.Content{chatmsg.Text(b.String())}}}
+}
+
+// actionTimeout is the dynamic tools timeout goroutine: it waits for the
+// chat's requires_action_deadline_at, then applies CancelRequiresAction.
+func (r *runner) actionTimeout(ctx context.Context, in intent) error {
+	var deadline *time.Time
+	if _, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
+		deadline = tx.Chat().RequiresActionDeadlineAt
+		return nil
+	}); err != nil {
+		return err
+	}
+	if deadline != nil && !sleep(ctx, r.clock, deadline.Sub(r.clock.Now())) {
+		return ctx.Err()
+	}
+	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
+		return tx.CancelRequiresAction(ctx, chatstate.ReasonRequiresActionTimeout)
+	})
+	return err
+}
+
+// abandon is the abandon chat goroutine: it releases ownership while the
+// chat is still this runner's, then asks the manager to clean the runner up.
+func (r *runner) abandon(ctx context.Context, in intent) error {
+	if _, err := r.deps.Machine.Update(ctx, r.spec.ChatID, func(tx *chatstate.Tx) error {
+		if err := tx.CheckFence(in.fence()); err != nil {
+			return err
+		}
+		return tx.Abandon(ctx)
+	}); err != nil {
+		return err
+	}
+	r.requestCleanup()
+	return nil
+}

@@ -1,0 +1,137 @@
+package runner
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/llm"
+)
+
+func modelVisible(m queries.ChatMessage) bool {
+	return m.Visibility == chatstate.VisibleToBoth || m.Visibility == chatstate.VisibleToModel
+}
+
+// isContextBoundary: the anchor row of a compaction or clear triplet, a
+// compressed model-only user row. Prompts are pruned at the newest one.
+func isContextBoundary(m queries.ChatMessage) bool {
+	return m.Compressed && m.Visibility == chatstate.VisibleToModel && m.Role == chatstate.RoleUser
+}
+
+// promptRows are the rows the model sees: model-visible active rows from
+// the newest context boundary on (the boundary included), plus the system
+// rows before it.
+func promptRows(msgs []queries.ChatMessage) []queries.ChatMessage {
+	start := 0
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if isContextBoundary(msgs[i]) {
+			start = i
+			break
+		}
+	}
+	var out []queries.ChatMessage
+	for i, m := range msgs {
+		if !modelVisible(m) || (i < start && m.Role != chatstate.RoleSystem) {
+			continue
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// turnPrompt is the index of the latest user message that is not
+// model-only (the turn's prompt row), or -1.
+func turnPrompt(msgs []queries.ChatMessage) int {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == chatstate.RoleUser && msgs[i].Visibility != chatstate.VisibleToModel {
+			return i
+		}
+	}
+	return -1
+}
+
+// stepsInTurn counts the committed assistant responses of the current turn;
+// compressed rows do not count.
+func stepsInTurn(msgs []queries.ChatMessage) int {
+	n := 0
+	for _, m := range msgs[turnPrompt(msgs)+1:] {
+		if m.Role == chatstate.RoleAssistant && !m.Compressed {
+			n++
+		}
+	}
+	return n
+}
+
+// turnComplete reports whether there is nothing left to generate for the
+// history (with no open tool calls): its last model-visible conversational
+// message is the assistant's, or the turn reached the step limit.
+func turnComplete(msgs []queries.ChatMessage, maxSteps int) bool {
+	rows := promptRows(msgs)
+	for i := len(rows) - 1; i >= 0; i-- {
+		switch rows[i].Role {
+		case chatstate.RoleSystem:
+			continue
+		case chatstate.RoleAssistant:
+			return true
+		}
+		return stepsInTurn(msgs) >= maxSteps
+	}
+	return true // nothing to answer
+}
+
+// turnStart is when the current turn's prompt row was written.
+func turnStart(msgs []queries.ChatMessage) (time.Time, bool) {
+	i := turnPrompt(msgs)
+	if i < 0 {
+		return time.Time{}, false
+	}
+	return msgs[i].CreatedAt, true
+}
+
+// dynamicToolSpecs reads chats.dynamic_tools as tool specs.
+func dynamicToolSpecs(raw json.RawMessage) ([]llm.ToolSpec, error) {
+	var tools []struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		InputSchema json.RawMessage `json:"input_schema"`
+	}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &tools); err != nil {
+			return nil, fmt.Errorf("error decoding dynamic tools: %w", err)
+		}
+	}
+	out := make([]llm.ToolSpec, 0, len(tools))
+	for _, t := range tools {
+		out = append(out, llm.ToolSpec{Name: t.Name, Description: t.Description, InputSchema: t.InputSchema})
+	}
+	return out, nil
+}
+
+var llmRoles = map[queries.ChatMessageRole]llm.Role{
+	chatstate.RoleSystem: llm.RoleSystem, chatstate.RoleUser: llm.RoleUser,
+	chatstate.RoleAssistant: llm.RoleAssistant, chatstate.RoleTool: llm.RoleTool,
+}
+
+// buildRequest assembles the model call for chat's active history msgs.
+func buildRequest(chat queries.Chat, msgs []queries.ChatMessage, tools []llm.ToolSpec) (llm.Request, error) {
+	req := llm.Request{System: chat.SystemPrompt, Attempt: int(chat.GenerationAttempt)}
+	for _, m := range promptRows(msgs) {
+		content, err := chatmsg.ParseContent(m.Content)
+		if err != nil {
+			return llm.Request{}, fmt.Errorf("error reading message %d: %w", m.ID, err)
+		}
+		if len(content) == 0 {
+			continue
+		}
+		req.Messages = append(req.Messages, llm.Message{Role: llmRoles[m.Role], Parts: content})
+	}
+	dyn, err := dynamicToolSpecs(chat.DynamicTools)
+	if err != nil {
+		return llm.Request{}, err
+	}
+	req.Tools = append(tools, dyn...)
+	return req, nil
+}

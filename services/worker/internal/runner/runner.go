@@ -1,0 +1,228 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	// Registers every model implementation with llm.Open.
+	_ "github.com/chatd/chatd/pkg/llm/providers"
+	"github.com/chatd/chatd/pkg/modelconfig"
+	"github.com/chatd/chatd/pkg/notify"
+)
+
+// Config defaults (DESIGN.md "From chat-runs", spec "Generation goroutine").
+const (
+	DefaultMaxGenerationRetries = 25
+	DefaultMaxStepsPerTurn      = 1200
+	DefaultRetryBaseDelay       = time.Second
+	DefaultRetryMaxDelay        = 30 * time.Second
+)
+
+// withDefaults fills the zero fields of c.
+func (c Config) withDefaults() Config {
+	if c.MaxGenerationRetries <= 0 {
+		c.MaxGenerationRetries = DefaultMaxGenerationRetries
+	}
+	if c.MaxStepsPerTurn <= 0 {
+		c.MaxStepsPerTurn = DefaultMaxStepsPerTurn
+	}
+	if c.RetryBaseDelay <= 0 {
+		c.RetryBaseDelay = DefaultRetryBaseDelay
+	}
+	if c.RetryMaxDelay <= 0 {
+		c.RetryMaxDelay = DefaultRetryMaxDelay
+	}
+	if c.RetryMaxDelay < c.RetryBaseDelay {
+		c.RetryMaxDelay = c.RetryBaseDelay
+	}
+	return c
+}
+
+// runner implements Runner.
+type runner struct {
+	deps   Deps
+	cfg    Config
+	spec   Spec
+	log    *slog.Logger
+	clock  clockwork.Clock
+	models *modelconfig.Store
+	tools  toolRegistry
+	locks  *keyedLocks
+
+	// The inbox: the newest pending event and a wake-up signal. Events are
+	// coalesced to the highest snapshot version, because the loop ignores
+	// every older one anyway (step 1).
+	mu      sync.Mutex
+	pending *Event
+	wake    chan struct{}
+
+	wg sync.WaitGroup // the spawned goroutines
+}
+
+func newRunner(deps Deps, spec Spec) Runner {
+	log := deps.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	clock := deps.Clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	deps.Clock = clock
+	return &runner{
+		deps: deps, cfg: deps.Config.withDefaults(), spec: spec, clock: clock,
+		log:    log.With(slog.String("chat_id", spec.ChatID.String()), slog.String("runner_id", spec.RunnerID.String())),
+		models: modelconfig.New(deps.Pool),
+		tools:  toolRegistry{},
+		locks:  newKeyedLocks(),
+		wake:   make(chan struct{}, 1),
+	}
+}
+
+// Deliver implements Runner.
+func (r *runner) Deliver(ev Event) { r.submit(ev) }
+
+// submit queues ev for the loop without blocking.
+func (r *runner) submit(ev Event) {
+	r.mu.Lock()
+	if r.pending == nil || ev.SnapshotVersion > r.pending.SnapshotVersion {
+		r.pending = &ev
+	}
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *runner) take() (Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		return Event{}, false
+	}
+	ev := *r.pending
+	r.pending = nil
+	return ev, true
+}
+
+// Run implements Runner.
+func (r *runner) Run(ctx context.Context) error {
+	if r.deps.NATS == nil || r.deps.Machine == nil {
+		return errors.New("runner: Deps.NATS and Deps.Machine are required")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// Subscribe first, then fetch: no update after the fetch can be missed.
+	sub, err := notify.SubscribeUpdates(r.deps.NATS, r.spec.ChatID, func(n *chatdv1.ChatUpdateNotification) {
+		if ev, ok := eventFromNotification(n); ok {
+			r.submit(ev)
+		} else {
+			r.log.Warn("skip chat update notification with a malformed owner")
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("error subscribing to updates of chat %s: %w", r.spec.ChatID, err)
+	}
+	defer func() {
+		if err := sub.Unsubscribe(); err != nil {
+			r.log.Warn("unsubscribe chat updates", slog.String("error", err.Error()))
+		}
+	}()
+	if err := r.deps.NATS.Flush(); err != nil {
+		return fmt.Errorf("error flushing the subscription to chat %s: %w", r.spec.ChatID, err)
+	}
+
+	l := &loop{
+		workerID: r.spec.WorkerID, runnerID: r.spec.RunnerID,
+		spawn:   func(id int64, in intent) *task { return r.spawn(ctx, id, in) },
+		cleanup: r.requestCleanup,
+	}
+	defer func() {
+		l.cancelAll()
+		r.wg.Wait()
+	}()
+
+	if !r.bootstrap(ctx) {
+		return nil // ctx ended
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		}
+		if ev, ok := r.take(); ok {
+			d := l.process(ev)
+			if !d.Ignore {
+				r.log.Debug("processed chat event",
+					slog.Int64("snapshot_version", ev.SnapshotVersion),
+					slog.Int64("history_version", ev.HistoryVersion),
+					slog.String("status", string(ev.Status)),
+					slog.String("spawned", d.Spawn.String()))
+			}
+		}
+	}
+}
+
+// bootstrap fetches the chat and feeds it to the loop as its first event,
+// retrying unexpected errors until ctx ends (false then). A deleted chat
+// asks for cleanup.
+func (r *runner) bootstrap(ctx context.Context) bool {
+	for failures := 0; ; failures++ {
+		snap, err := r.deps.Machine.Get(ctx, r.spec.ChatID)
+		if err == nil {
+			r.submit(EventFromChat(snap.Chat))
+			return true
+		}
+		if errors.Is(err, chatstate.ErrChatNotFound) {
+			r.requestCleanup()
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		r.log.Warn("fetch chat", slog.String("error", err.Error()))
+		if !sleep(ctx, r.clock, backoff(r.cfg.RetryBaseDelay, r.cfg.RetryMaxDelay, failures)) {
+			return false
+		}
+	}
+}
+
+func (r *runner) requestCleanup() {
+	if r.deps.RequestCleanup != nil {
+		r.deps.RequestCleanup(r.spec.ChatID, r.spec.RunnerID)
+	}
+}
+
+// eventFromNotification converts a chat:update notification; ok is false
+// when an owner ID does not parse.
+func eventFromNotification(n *chatdv1.ChatUpdateNotification) (Event, bool) {
+	parse := func(s *string) (*uuid.UUID, bool) {
+		if s == nil {
+			return nil, true
+		}
+		id, err := uuid.Parse(*s)
+		if err != nil {
+			return nil, false
+		}
+		return &id, true
+	}
+	worker, ok1 := parse(n.WorkerId)
+	run, ok2 := parse(n.RunnerId)
+	return Event{
+		WorkerID: worker, RunnerID: run, SnapshotVersion: n.SnapshotVersion,
+		HistoryVersion: n.HistoryVersion, GenerationAttempt: n.GenerationAttempt,
+		Archived: n.Archived, Status: chatstate.Status(n.Status),
+	}, ok1 && ok2
+}

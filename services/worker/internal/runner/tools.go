@@ -1,0 +1,50 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/chatd/chatd/pkg/llm"
+)
+
+// tool is a worker-executed (non-dynamic) tool.
+type tool struct {
+	Spec llm.ToolSpec
+	// Run executes one call; isError marks the result as a tool error the
+	// model sees.
+	Run func(ctx context.Context, args json.RawMessage) (result json.RawMessage, isError bool)
+}
+
+// toolRegistry holds the worker-executed tools by name. None are built in
+// yet: every non-dynamic call is answered with an "unknown tool" error.
+type toolRegistry map[string]tool
+
+// specs lists the registered tools for a request.
+func (r toolRegistry) specs() []llm.ToolSpec {
+	out := make([]llm.ToolSpec, 0, len(r))
+	for _, t := range r {
+		out = append(out, t.Spec)
+	}
+	return out
+}
+
+// run executes one call, answering unknown tools and malformed arguments
+// with an error result.
+func (r toolRegistry) run(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, bool) {
+	t, ok := r[name]
+	if !ok {
+		return errorResult("unknown tool: " + name), true
+	}
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	if !json.Valid(args) {
+		return errorResult("the tool call arguments are not valid JSON"), true
+	}
+	return t.Run(ctx, args)
+}
+
+func errorResult(msg string) json.RawMessage {
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	return b
+}
