@@ -96,6 +96,32 @@ func (m *Machine) Update(ctx context.Context, id uuid.UUID, fn func(*Tx) error) 
 	return res, nil
 }
 
+// View runs fn on a read-only, locked view of chat id: the row is share-
+// locked (so no bundle commits in between), nothing is bumped, nothing is
+// published, and the transaction always rolls back. Workers use it to check
+// a fence or read history without announcing a change that did not happen.
+// Transitions called on a view are refused.
+func (m *Machine) View(ctx context.Context, id uuid.UUID, fn func(*Tx) error) error {
+	ptx, err := m.pool.Begin(ctx) // FOR SHARE needs a read-write transaction; it always rolls back
+	if err != nil {
+		return fmt.Errorf("begin view of chat %s: %w", id, err)
+	}
+	defer ptx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only; nothing to lose
+	q := queries.New(ptx)
+	chat, err := q.ChatLockForShare(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("view chat %s: %w", id, ErrChatNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("view chat %s: %w", id, err)
+	}
+	queueLen, err := q.ChatQueueLen(ctx, id)
+	if err != nil {
+		return fmt.Errorf("count queue of chat %s: %w", id, err)
+	}
+	return fn(&Tx{m: m, q: q, chat: chat, queueLen: queueLen, now: m.cfg.Now(), readOnly: true})
+}
+
 // Get reads a chat's current snapshot without locking it.
 func (m *Machine) Get(ctx context.Context, id uuid.UUID) (Snapshot, error) {
 	row, err := queries.New(m.pool).ChatGetWithQueueLen(ctx, id)
@@ -158,6 +184,7 @@ type Tx struct {
 	queueLen int64
 	now      time.Time
 	applied  []Applied
+	readOnly bool
 }
 
 // Chat is the locked chat row as of the last applied transition.
@@ -218,6 +245,9 @@ func (tx *Tx) CheckFence(f Fence) error {
 // begin checks that t is allowed from the current state and returns it.
 func (tx *Tx) begin(t Transition) (State, error) {
 	from := tx.State()
+	if tx.readOnly {
+		return from, fmt.Errorf("%s on a read-only view of chat %s: %w", t, tx.chat.ID, ErrInvalidArgument)
+	}
 	if ownershipTransition(t) {
 		o := tx.snapshot().Ownership()
 		if !AllowedOwnership(o, t) {

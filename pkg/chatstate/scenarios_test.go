@@ -460,3 +460,28 @@ func TestNothingToCompactOrClear(t *testing.T) {
 	require.False(t, compact)
 	require.True(t, clear)
 }
+
+func TestViewIsReadOnlyAndSilent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.reach(chatstate.A0, 0, true)
+	before, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	commits := h.commits.count()
+	var pending []chatstate.OpenToolCall
+	err = h.m.View(h.ctx, id, func(tx *chatstate.Tx) (err error) {
+		require.NoError(t, tx.CheckFence(chatstate.Fence{HistoryVersion: before.Chat.HistoryVersion, Status: chatstate.StatusRequiresAction, RunnerID: *before.Chat.RunnerID}))
+		pending, err = tx.PendingDynamicToolCalls(h.ctx)
+		if err != nil {
+			return err
+		}
+		return tx.CancelRequiresAction(h.ctx, "")
+	})
+	require.ErrorIs(t, err, chatstate.ErrInvalidArgument, "transitions are refused on a view")
+	require.Len(t, pending, 1)
+	after, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, before.Chat.SnapshotVersion, after.Chat.SnapshotVersion, "a view bumps nothing")
+	require.Equal(t, commits, h.commits.count(), "a view publishes nothing")
+	require.ErrorIs(t, h.m.View(h.ctx, uuid.New(), func(*chatstate.Tx) error { return nil }), chatstate.ErrChatNotFound)
+}

@@ -135,3 +135,8 @@ WHERE id = @id
       <= array_position(enum_range(NULL::chat_title_source), @title_source::chat_title_source)
   AND NOT (title_source = 'user' AND @title_source::chat_title_source = 'user' AND title = @title)
 RETURNING *;
+
+-- name: ChatLockForShare :one
+-- A read-only view of a chat under a row lock that waits for any bundle in
+-- flight and blocks new ones until the view ends; it bumps nothing.
+SELECT * FROM chats WHERE id = @id FOR SHARE;

@@ -373,6 +373,47 @@ func (q *Queries) ChatLockAndBump(ctx context.Context, id uuid.UUID) (Chat, erro
 	return i, err
 }
 
+const chatLockForShare = `-- name: ChatLockForShare :one
+SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at FROM chats WHERE id = $1 FOR SHARE
+`
+
+// A read-only view of a chat under a row lock that waits for any bundle in
+// flight and blocks new ones until the view ends; it bumps nothing.
+func (q *Queries) ChatLockForShare(ctx context.Context, id uuid.UUID) (Chat, error) {
+	row := q.db.QueryRow(ctx, chatLockForShare, id)
+	var i Chat
+	err := row.Scan(
+		&i.ID,
+		&i.OrganizationID,
+		&i.OwnerID,
+		&i.ParentChatID,
+		&i.RootChatID,
+		&i.Title,
+		&i.TitleSource,
+		&i.TitleUpdatedAt,
+		&i.SystemPrompt,
+		&i.DynamicTools,
+		&i.LastModelConfigID,
+		&i.LastReasoningEffort,
+		&i.Status,
+		&i.Archived,
+		&i.WorkerID,
+		&i.RunnerID,
+		&i.LastError,
+		&i.RetryState,
+		&i.SnapshotVersion,
+		&i.HistoryVersion,
+		&i.QueueVersion,
+		&i.GenerationAttempt,
+		&i.RetryStateVersion,
+		&i.RequiresActionDeadlineAt,
+		&i.CompactionRequestedAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
 const chatLockForUpdate = `-- name: ChatLockForUpdate :one
 SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at FROM chats WHERE id = $1 FOR UPDATE
 `
