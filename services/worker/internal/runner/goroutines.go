@@ -29,6 +29,17 @@ func (r *runner) update(ctx context.Context, in intent, fn func(tx *chatstate.Tx
 	return res, nil
 }
 
+// view runs fn on a fenced, read-only look at the chat: nothing is bumped
+// or announced, so reading does not wake every watcher.
+func (r *runner) view(ctx context.Context, in intent, fn func(tx *chatstate.Tx) error) error {
+	return r.deps.Machine.View(ctx, r.spec.ChatID, func(tx *chatstate.Tx) error {
+		if err := tx.CheckFence(in.fence()); err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
 // interrupt is the interrupt goroutine: it closes the episode of the
 // current (history_version, generation_attempt), keeps its streamed text
 // as the partial assistant message and applies FinishInterruption.
@@ -76,7 +87,7 @@ func partialMessage(parts []partbuf.Part) []chatstate.NewMessage {
 // chat's requires_action_deadline_at, then applies CancelRequiresAction.
 func (r *runner) actionTimeout(ctx context.Context, in intent) error {
 	var deadline *time.Time
-	if _, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
+	if err := r.view(ctx, in, func(tx *chatstate.Tx) error {
 		deadline = tx.Chat().RequiresActionDeadlineAt
 		return nil
 	}); err != nil {
