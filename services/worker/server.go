@@ -2,13 +2,23 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
-	"net/http"
 	"time"
 
-	"google.golang.org/grpc"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
 
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/services/worker/internal/acquire"
+	"github.com/chatd/chatd/services/worker/internal/manager"
+	"github.com/chatd/chatd/services/worker/internal/runner"
 )
 
 // name is the service's short name: its health service is "chatd.v1.worker".
@@ -21,6 +31,21 @@ const (
 	defaultDrainSeconds = 1800
 )
 
+// Runner limits' defaults (issue "Generation goroutine").
+const (
+	defaultMaxGenerationRetries = 25
+	defaultMaxStepsPerTurn      = 1200
+)
+
+// natsFlushTimeout bounds a NATS write that finds the buffer full.
+const natsFlushTimeout = time.Second
+
+// errNoDatabase refuses a worker without Postgres.
+var errNoDatabase = errors.New("CHATD_DATABASE_URL is required: the worker keeps every chat in Postgres")
+
+// stopTimeout bounds the database work of a shutdown after the drain.
+const stopTimeout = 30 * time.Second
+
 // config holds the worker's settings.
 type config struct {
 	service.Common
@@ -31,6 +56,14 @@ type config struct {
 	LeaseSeconds int
 	// DrainSeconds is how long a stopping worker lets running turns finish.
 	DrainSeconds int
+	// AcquireInterval is the acquisition loop's periodic pass.
+	AcquireInterval time.Duration
+	// MaxRootChats and MaxSubagentChats are the limiter's pools; 0 is
+	// unlimited.
+	MaxRootChats, MaxSubagentChats int
+	// MaxGenerationRetries, MaxStepsPerTurn, TurnMaxSeconds and
+	// TTFTTimeoutSeconds are the runner's limits.
+	MaxGenerationRetries, MaxStepsPerTurn, TurnMaxSeconds, TTFTTimeoutSeconds int
 }
 
 // Declare adds the worker's settings to v.
@@ -42,6 +75,32 @@ func (c *config) Declare(v *service.Vars) {
 		"Seconds a chat's ownership lasts without a heartbeat (at least 10; heartbeats every lease/3 - 1 s).")
 	v.Int(&c.DrainSeconds, "CHATD_DRAIN_SECONDS", defaultDrainSeconds, 0,
 		"On SIGTERM, seconds to let running turns finish before releasing their chats to other workers.")
+	v.Duration(&c.AcquireInterval, "CHATD_ACQUIRE_INTERVAL", acquire.DefaultInterval,
+		"How often the acquisition loop looks for chats without a live owner (besides chat:ownership notifications).")
+	v.Int(&c.MaxRootChats, "CHATD_MAX_ROOT_CHATS", acquire.DefaultMaxRootChats, 0,
+		"Top-level chats running at once across the deployment; 0 is unlimited.")
+	v.Int(&c.MaxSubagentChats, "CHATD_MAX_SUBAGENT_CHATS", acquire.DefaultMaxSubagentChats, 0,
+		"Subagent chats running at once across the deployment; 0 is unlimited.")
+	v.Int(&c.MaxGenerationRetries, "CHATD_MAX_GENERATION_RETRIES", defaultMaxGenerationRetries, 0,
+		"Generation attempts of one history before the chat fails with its last error.")
+	v.Int(&c.MaxStepsPerTurn, "CHATD_MAX_STEPS_PER_TURN", defaultMaxStepsPerTurn, 1,
+		"Model steps in one turn before the turn is finished like a completed one.")
+	v.Int(&c.TurnMaxSeconds, "CHATD_TURN_MAX_SECONDS", 0, 0,
+		"Longest a turn may run, in seconds; 0 is no limit.")
+	v.Int(&c.TTFTTimeoutSeconds, "CHATD_TTFT_TIMEOUT_SECONDS", 0, 0,
+		"Seconds a model call may wait for its first token before it is retried; 0 is no timeout.")
+	v.Check(func() error {
+		if c.DatabaseURL == "" {
+			return errNoDatabase
+		}
+		return nil
+	})
+	v.Check(func() error {
+		if c.AcquireInterval <= 0 {
+			return errors.New("CHATD_ACQUIRE_INTERVAL: must be positive")
+		}
+		return nil
+	})
 }
 
 // Lease returns the ownership lease.
@@ -63,25 +122,124 @@ func program() service.Program {
 	}
 }
 
-// run serves the worker until ctx ends.
+// run serves the worker until ctx ends, then drains: it stops acquiring,
+// lets running turns finish for up to the drain time, and releases every
+// chat it owns to the other replicas.
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	advertise, err := service.AdvertiseAddr(cfg.AdvertiseAddr, cfg.GRPCAddr)
 	if err != nil {
 		return err
 	}
-	return service.Run(ctx, service.Options{
+	if cfg.DatabaseURL == "" {
+		return errNoDatabase
+	}
+	workerID := uuid.New()
+	log = log.With("worker_id", workerID.String(), "advertise_addr", advertise,
+		"lease", cfg.Lease().String(), "drain", cfg.Drain().String())
+
+	// The components outlive ctx: they keep working through the drain.
+	base := context.WithoutCancel(ctx)
+	pool, err := pgxpool.New(base, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("error connecting to Postgres: %w", err)
+	}
+	defer pool.Close()
+	// RetryOnFailedConnect: notifications are hints; a NATS outage must not
+	// stop the worker, whose timers and database sync are the safety net.
+	nc, err := nats.Connect(cfg.NATSURL,
+		nats.Name("chatd-worker"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
+		nats.FlusherTimeout(natsFlushTimeout))
+	if err != nil {
+		return fmt.Errorf("error connecting to NATS at %s: %w", cfg.NATSURL, err)
+	}
+	defer nc.Close()
+
+	clock := clockwork.NewRealClock()
+	machine := chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, log).AfterCommit})
+	parts := partbuf.New(partbuf.Options{Clock: clock})
+	defer parts.Close()
+
+	var loop *acquire.Loop
+	mgr := manager.New(pool, runner.Deps{
+		Pool: pool, Machine: machine, NATS: nc, Parts: parts, Clock: clock, Log: log,
+		Config: runner.Config{
+			MaxGenerationRetries: cfg.MaxGenerationRetries,
+			MaxStepsPerTurn:      cfg.MaxStepsPerTurn,
+			TurnMaxDuration:      time.Duration(cfg.TurnMaxSeconds) * time.Second,
+			TTFTTimeout:          time.Duration(cfg.TTFTTimeoutSeconds) * time.Second,
+		},
+	}, manager.Config{
+		WorkerID:  workerID,
+		Lease:     cfg.Lease(),
+		PartsAddr: advertise,
+		OnExit:    func(k manager.Key) { loop.Released(k.ChatID) },
+		Clock:     clock,
+		Log:       log,
+	})
+	loop = acquire.New(pool, machine, nc, mgr, acquire.Config{
+		WorkerID: workerID,
+		Lease:    cfg.Lease(),
+		Interval: cfg.AcquireInterval,
+		Limits:   acquire.Limits{MaxRootChats: cfg.MaxRootChats, MaxSubagentChats: cfg.MaxSubagentChats},
+		Clock:    clock,
+		Log:      log,
+	})
+
+	mgrCtx, stopMgr := context.WithCancel(base)
+	defer stopMgr()
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Run(mgrCtx) }()
+	acqCtx, stopAcq := context.WithCancel(base)
+	defer stopAcq()
+	acqDone := make(chan error, 1)
+	go func() {
+		err := loop.Run(acqCtx)
+		if err != nil {
+			log.Error("acquisition loop stopped", "error", err.Error())
+		}
+		acqDone <- err
+	}()
+	stopManager := func() {
+		stopMgr()
+		if err := <-mgrDone; err != nil {
+			log.Error("runner manager", "error", err.Error())
+		}
+	}
+
+	// gRPC keeps serving through the drain: relays still stream the parts
+	// of the turns that are finishing.
+	serveCtx, stopServing := context.WithCancel(base)
+	defer stopServing()
+	drained := make(chan error, 1)
+	go func() {
+		// A SIGTERM lets running turns finish; a server that failed on
+		// its own releases its chats at once.
+		drain := cfg.Drain()
+		select {
+		case <-ctx.Done():
+		case <-serveCtx.Done():
+			drain = 0
+		}
+		stopAcq()
+		<-acqDone
+		log.Info("draining", "runners", len(mgr.Runners()))
+		released, err := mgr.Drain(base, machine, drain, stopManager)
+		log.Info("drained", "released_chats", len(released))
+		uctx, cancel := context.WithTimeout(base, stopTimeout)
+		defer cancel()
+		drained <- errors.Join(err, mgr.Unregister(uctx))
+		stopServing()
+	}()
+
+	err = service.Run(serveCtx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,
 		ShutdownTimeout: cfg.ShutdownTimeout,
-		Logger: log.With("advertise_addr", advertise,
-			"lease", cfg.Lease().String(), "drain", cfg.Drain().String()),
-		Register: register,
+		Logger:          log,
 	})
-}
-
-// register adds the worker's handlers. PartsService, the acquisition loop
-// and the runner manager arrive with later issues; until then the worker
-// serves health only.
-func register(s *grpc.Server, mux *http.ServeMux) error {
-	return nil
+	stopServing() // a failed Run drains at once
+	if derr := <-drained; derr != nil {
+		log.Error("drain", "error", derr.Error())
+	}
+	return err
 }

@@ -367,6 +367,13 @@ type ChatRequest struct {
 	CreatedAt time.Time
 }
 
+type ChatWorker struct {
+	ID          uuid.UUID
+	PartsAddr   string
+	HeartbeatAt time.Time
+	StartedAt   time.Time
+}
+
 type Organization struct {
 	ID        uuid.UUID
 	Name      string

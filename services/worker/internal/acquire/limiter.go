@@ -1,0 +1,79 @@
+package acquire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/chatd/chatd/pkg/db/queries"
+)
+
+// LimiterLockKey is the Postgres advisory lock key of the concurrent agent
+// limiter (the capacity admission lock). Admission and heartbeat renewal
+// both hold it, so a lease counted as stale by an admission cannot be
+// renewed afterwards.
+const LimiterLockKey int64 = 0x63686174645f6c // "chatd_l"
+
+// DefaultLockTimeout bounds the wait for the limiter lock (spec: admission
+// waits at most 5 seconds).
+const DefaultLockTimeout = 5 * time.Second
+
+// Default pool sizes (spec "Concurrent agent limiter").
+const (
+	DefaultMaxRootChats     = 5
+	DefaultMaxSubagentChats = 10
+)
+
+// ErrNoCapacity reports that admission refused a chat: its pool is full.
+var ErrNoCapacity = errors.New("no capacity for the chat")
+
+// Limits are the deployment-wide pool sizes; 0 means unlimited.
+type Limits struct {
+	MaxRootChats     int
+	MaxSubagentChats int
+}
+
+// Unlimited reports whether neither pool has a limit.
+func (l Limits) Unlimited() bool { return l.MaxRootChats <= 0 && l.MaxSubagentChats <= 0 }
+
+// LockLimiter takes the capacity admission lock for the rest of q's
+// transaction, waiting at most timeout (SET LOCAL lock_timeout; it also
+// bounds every later lock wait of the transaction).
+func LockLimiter(ctx context.Context, q *queries.Queries, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = DefaultLockTimeout
+	}
+	if err := q.ChatLimiterSetLockTimeout(ctx, fmt.Sprintf("%dms", timeout.Milliseconds())); err != nil {
+		return fmt.Errorf("error setting lock_timeout: %w", err)
+	}
+	if err := q.ChatLimiterLock(ctx, LimiterLockKey); err != nil {
+		return fmt.Errorf("error taking the limiter lock: %w", err)
+	}
+	return nil
+}
+
+// admit checks, under the limiter lock held by q's transaction, whether a
+// root (subagent=false) or subagent chat fits in its pool. Only chats owned
+// with a fresh lease hold a slot.
+func admit(ctx context.Context, q *queries.Queries, l Limits, subagent bool, lease time.Duration) error {
+	limit := l.MaxRootChats
+	if subagent {
+		limit = l.MaxSubagentChats
+	}
+	if limit <= 0 {
+		return nil
+	}
+	n, err := q.ChatLimiterCountOwned(ctx, lease.Seconds())
+	if err != nil {
+		return fmt.Errorf("error counting owned chats: %w", err)
+	}
+	used := n.RootChats
+	if subagent {
+		used = n.SubagentChats
+	}
+	if used >= int64(limit) {
+		return ErrNoCapacity
+	}
+	return nil
+}

@@ -1,0 +1,332 @@
+// Package acquire is the worker's acquisition loop (spec "Acquisition loop")
+// with the concurrent agent limiter's admission (spec "Concurrent agent
+// limiter"): it greedily acquires runnable chats that no worker owns, or
+// whose owner's lease went stale, and asks the runner manager to run them.
+package acquire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/services/worker/internal/runner"
+)
+
+// Defaults of Config.
+const (
+	DefaultLease     = 30 * time.Second
+	DefaultInterval  = 30 * time.Second
+	DefaultBatchSize = 1000
+)
+
+// releaseTimeout bounds the work Released does after a chat left ownership.
+const releaseTimeout = 5 * time.Second
+
+// Spawner starts a runner for an acquired chat: the runner manager.
+type Spawner interface {
+	// Spawn hands spec to the runner manager. It fails only when the
+	// manager or ctx is done, in which case no runner was started.
+	Spawn(ctx context.Context, spec runner.Spec) error
+}
+
+// Config tunes a Loop.
+type Config struct {
+	// WorkerID is this worker's ID, written to chats.worker_id.
+	WorkerID uuid.UUID
+	// Lease is how long ownership lasts without a heartbeat;
+	// DefaultLease when zero.
+	Lease time.Duration
+	// Interval is the periodic pass; DefaultInterval when zero.
+	Interval time.Duration
+	// Limits are the limiter's pools; the zero value is unlimited.
+	Limits Limits
+	// LockTimeout bounds the wait for the limiter lock; DefaultLockTimeout
+	// when zero.
+	LockTimeout time.Duration
+	// BatchSize caps the candidates one pass reads; DefaultBatchSize when
+	// zero. A pass that fills it is followed by another at once.
+	BatchSize int
+	// Clock drives the periodic pass; the real clock when nil.
+	Clock clockwork.Clock
+	// Log receives the loop's logs; slog.Default() when nil.
+	Log *slog.Logger
+}
+
+// Stats is what one pass did.
+type Stats struct {
+	// Candidates is how many chats the pass read.
+	Candidates int
+	// Acquired is how many it acquired and handed to the manager.
+	Acquired int
+	// Refused is how many admission turned away for lack of capacity.
+	Refused int
+}
+
+// Loop is the acquisition loop. Create it with New and run it with Run.
+type Loop struct {
+	pool    *pgxpool.Pool
+	machine *chatstate.Machine
+	nc      *nats.Conn
+	spawner Spawner
+	cfg     Config
+	wake    chan struct{}
+}
+
+// New returns an acquisition loop. nc may be nil: the loop then wakes on
+// its timer and on Wake only.
+func New(pool *pgxpool.Pool, machine *chatstate.Machine, nc *nats.Conn, spawner Spawner, cfg Config) *Loop {
+	if cfg.Lease <= 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = DefaultLockTimeout
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	return &Loop{pool: pool, machine: machine, nc: nc, spawner: spawner, cfg: cfg, wake: make(chan struct{}, 1)}
+}
+
+// Run runs a pass at once and then whenever a chat:ownership notification
+// arrives, Wake is called or the timer fires, until ctx ends. Passes never
+// overlap; wake-ups during a pass coalesce into one more pass.
+func (l *Loop) Run(ctx context.Context) error {
+	if l.nc != nil {
+		sub, err := notify.SubscribeOwnership(l.nc, func(*chatdv1.OwnershipNotification) { l.Wake() })
+		if err != nil {
+			return fmt.Errorf("error subscribing to %s: %w", notify.OwnershipSubject, err)
+		}
+		defer func() { _ = sub.Unsubscribe() }()
+		// The subscription must be live before the first pass reads the
+		// candidates, or a chat made runnable in between waits for the
+		// timer. While NATS is down it gives up within a second; the timer covers.
+		_ = l.nc.FlushTimeout(time.Second)
+	}
+	ticker := l.cfg.Clock.NewTicker(l.cfg.Interval)
+	defer ticker.Stop()
+	for {
+		st, err := l.Pass(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			l.cfg.Log.Warn("acquisition pass", "error", err.Error())
+		}
+		if st.Candidates >= l.cfg.BatchSize && st.Acquired > 0 {
+			continue // more candidates may be waiting beyond the batch
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.Chan():
+		case <-l.wake:
+		}
+	}
+}
+
+// Wake asks for a pass as soon as the current one (if any) ends. It never
+// blocks.
+func (l *Loop) Wake() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Released is called when one of this worker's runners for chatID has
+// exited: the chat may have left ownership and freed a limiter slot. It
+// runs a pass here at once and publishes chat:ownership so every other
+// replica does too: a chat refused for capacity waits for a slot, not for
+// the periodic timer.
+func (l *Loop) Released(chatID uuid.UUID) {
+	l.Wake()
+	if l.nc == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	n := &chatdv1.OwnershipNotification{ChatId: chatID.String()}
+	if snap, err := l.machine.Get(ctx, chatID); err == nil {
+		n = notify.OwnershipFromSnapshot(snap)
+	}
+	data, err := proto.Marshal(n)
+	if err == nil {
+		err = l.nc.Publish(notify.OwnershipSubject, data)
+	}
+	if err != nil {
+		l.cfg.Log.Warn("publish chat ownership after release", "chat_id", chatID.String(), "error", err.Error())
+	}
+}
+
+// Pass reads the candidates once and tries to acquire each. Errors on
+// single chats are logged and skipped; the error returned is the
+// candidate read's.
+func (l *Loop) Pass(ctx context.Context) (Stats, error) {
+	var st Stats
+	cands, err := queries.New(l.pool).ChatAcquireListCandidates(ctx, queries.ChatAcquireListCandidatesParams{
+		LeaseSeconds: l.cfg.Lease.Seconds(),
+		MaxChats:     int32(l.cfg.BatchSize),
+	})
+	if err != nil {
+		return st, fmt.Errorf("error listing acquisition candidates: %w", err)
+	}
+	st.Candidates = len(cands)
+	// Replicas read the same candidates; a different order per pass keeps
+	// them from queueing on the same row locks one chat after another.
+	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	var rootFull, subagentFull bool
+	for _, c := range cands {
+		if ctx.Err() != nil {
+			return st, nil
+		}
+		subagent := c.ParentChatID != nil
+		// A refusal holds for the rest of the pass: a slot frees only
+		// when a chat leaves ownership, which triggers another pass.
+		if (subagent && subagentFull) || (!subagent && rootFull) {
+			st.Refused++
+			continue
+		}
+		ok, err := l.TryAcquire(ctx, c.ID)
+		switch {
+		case errors.Is(err, ErrNoCapacity):
+			st.Refused++
+			if subagent {
+				subagentFull = true
+			} else {
+				rootFull = true
+			}
+		case err != nil:
+			if ctx.Err() == nil {
+				l.cfg.Log.Warn("acquire chat", "chat_id", c.ID.String(), "error", err.Error())
+			}
+		case ok:
+			st.Acquired++
+		}
+	}
+	return st, nil
+}
+
+// errSkip rolls back an acquisition whose chat no longer qualifies.
+var errSkip = errors.New("chat no longer needs an owner")
+
+// TryAcquire acquires chat id if, under its row lock, it is still runnable
+// and unowned or owned by a stale lease, and admission finds it a slot;
+// then it asks the manager to run it. It reports whether it acquired the
+// chat; ErrNoCapacity means admission refused it and it stays unowned.
+func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (bool, error) {
+	runnerID := uuid.New()
+	var takenOver bool
+	_, err := l.machine.Update(ctx, id, func(tx *chatstate.Tx) error {
+		c := tx.Chat()
+		if !tx.State().Runnable() {
+			return errSkip
+		}
+		q := tx.Queries()
+		owned := c.WorkerID != nil
+		if owned && c.RunnerID != nil {
+			fresh, err := l.fresh(ctx, q, c.ID, *c.RunnerID)
+			if err != nil {
+				return err
+			}
+			if fresh {
+				return errSkip
+			}
+		}
+		if owned || !l.cfg.Limits.Unlimited() {
+			if err := LockLimiter(ctx, q, l.cfg.LockTimeout); err != nil {
+				return err
+			}
+			// A renewal that committed while we waited for the lock may
+			// have extended the lease: a takeover rechecks it.
+			if owned && c.RunnerID != nil {
+				fresh, err := l.fresh(ctx, q, c.ID, *c.RunnerID)
+				if err != nil {
+					return err
+				}
+				if fresh {
+					return errSkip
+				}
+			}
+			if err := admit(ctx, q, l.cfg.Limits, c.ParentChatID != nil, l.cfg.Lease); err != nil {
+				return err
+			}
+		}
+		takenOver = owned
+		return tx.Acquire(ctx, l.cfg.WorkerID, runnerID)
+	})
+	if errors.Is(err, errSkip) || errors.Is(err, chatstate.ErrChatNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	spec := runner.Spec{ChatID: id, WorkerID: l.cfg.WorkerID, RunnerID: runnerID, TakenOver: takenOver}
+	if err := l.spawner.Spawn(ctx, spec); err != nil {
+		// No runner will heartbeat the chat: hand it back at once rather
+		// than after the lease.
+		l.abandon(id, runnerID)
+		return false, fmt.Errorf("error spawning a runner for chat %s: %w", id, err)
+	}
+	return true, nil
+}
+
+func (l *Loop) fresh(ctx context.Context, q *queries.Queries, chatID, runnerID uuid.UUID) (bool, error) {
+	fresh, err := q.ChatHeartbeatIsFresh(ctx, queries.ChatHeartbeatIsFreshParams{
+		ChatID: chatID, RunnerID: runnerID, LeaseSeconds: l.cfg.Lease.Seconds(),
+	})
+	if err != nil {
+		return false, fmt.Errorf("error reading the lease of chat %s: %w", chatID, err)
+	}
+	return fresh, nil
+}
+
+func (l *Loop) abandon(chatID, runnerID uuid.UUID) {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if _, err := Abandon(ctx, l.machine, chatID, l.cfg.WorkerID, runnerID); err != nil {
+		l.cfg.Log.Warn("abandon chat without a runner", "chat_id", chatID.String(), "error", err.Error())
+	}
+}
+
+// Abandon releases chat chatID if (workerID, runnerID) still owns it: the
+// Abandon transition fenced on the runner ID. It reports whether it
+// released the chat; a chat that moved on to another owner or was deleted
+// is no error.
+func Abandon(ctx context.Context, m *chatstate.Machine, chatID, workerID, runnerID uuid.UUID) (bool, error) {
+	_, err := m.Update(ctx, chatID, func(tx *chatstate.Tx) error {
+		c := tx.Chat()
+		if c.WorkerID == nil || *c.WorkerID != workerID || c.RunnerID == nil || *c.RunnerID != runnerID {
+			return errSkip
+		}
+		return tx.Abandon(ctx)
+	})
+	if errors.Is(err, errSkip) || errors.Is(err, chatstate.ErrChatNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("error abandoning chat %s: %w", chatID, err)
+	}
+	return true, nil
+}

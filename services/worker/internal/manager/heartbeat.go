@@ -1,0 +1,143 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/services/worker/internal/acquire"
+	"github.com/chatd/chatd/services/worker/internal/runner"
+)
+
+// renewQuery is the spec's heartbeat renewal ("Heartbeat loop"), with the
+// lease as $3 seconds instead of the literal 30. It is written by hand
+// because sqlc's catalog lacks the multi-argument unnest.
+const renewQuery = `UPDATE chat_heartbeats hb
+SET heartbeat_at = statement_timestamp()
+FROM unnest($1::uuid[], $2::uuid[]) AS runners(chat_id, runner_id)
+JOIN chats c
+  ON c.id = runners.chat_id
+ AND c.runner_id = runners.runner_id
+ AND c.worker_id IS NOT NULL
+WHERE hb.chat_id = runners.chat_id
+  AND hb.runner_id = runners.runner_id
+  AND hb.heartbeat_at > statement_timestamp() - make_interval(secs => $3::float8)
+RETURNING hb.chat_id, hb.runner_id`
+
+// HeartbeatResult is what one heartbeat tick did.
+type HeartbeatResult struct {
+	// Renewed are the runners whose lease was renewed.
+	Renewed []Key
+	// CleanedUp are the runners whose lease was not renewed; the manager
+	// was asked to clean them up.
+	CleanedUp []Key
+}
+
+// HeartbeatOnce is one heartbeat tick: in a transaction holding the
+// limiter lock it renews the lease of every registered runner that still
+// holds a fresh one, then cleans up every runner whose lease was not
+// renewed. The tick is bounded by HeartbeatTimeout and its lock wait by
+// LockTimeout; a tick that fails renews nothing and cleans up nothing.
+func (m *Manager) HeartbeatOnce(ctx context.Context) (HeartbeatResult, error) {
+	var res HeartbeatResult
+	keys := m.Runners()
+	if len(keys) == 0 {
+		return res, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.HeartbeatTimeout)
+	defer cancel()
+	chatIDs := make([]uuid.UUID, len(keys))
+	runnerIDs := make([]uuid.UUID, len(keys))
+	for i, k := range keys {
+		chatIDs[i], runnerIDs[i] = k.ChatID, k.RunnerID
+	}
+	renewed := make(map[Key]bool, len(keys))
+	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+		if err := acquire.LockLimiter(ctx, queries.New(tx), m.cfg.LockTimeout); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, renewQuery, chatIDs, runnerIDs, m.cfg.Lease.Seconds())
+		if err != nil {
+			return wrap("renewing heartbeats", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k Key
+			if err := rows.Scan(&k.ChatID, &k.RunnerID); err != nil {
+				return wrap("reading renewed heartbeats", err)
+			}
+			renewed[k] = true
+		}
+		return wrap("renewing heartbeats", rows.Err())
+	})
+	if err != nil {
+		return HeartbeatResult{}, fmt.Errorf("heartbeat tick for %d runners: %w", len(keys), err)
+	}
+	for _, k := range keys {
+		if renewed[k] {
+			res.Renewed = append(res.Renewed, k)
+			continue
+		}
+		res.CleanedUp = append(res.CleanedUp, k)
+		m.cfg.Log.Info("lease not renewed; cleaning up runner", "chat_id", k.ChatID.String(), "runner_id", k.RunnerID.String())
+		m.RequestCleanup(k.ChatID, k.RunnerID)
+	}
+	return res, nil
+}
+
+// CleanupOnce deletes stale heartbeat rows and reports how many.
+func (m *Manager) CleanupOnce(ctx context.Context) (int64, error) {
+	n, err := queries.New(m.pool).ChatHeartbeatDeleteStale(ctx, m.cfg.Lease.Seconds())
+	return n, wrap("deleting stale heartbeats", err)
+}
+
+// SyncOnce is one database sync: a single query reads every chat with a
+// registered runner and each row is delivered to every runner of its
+// chat. Runners of a chat that no longer exists are cleaned up.
+func (m *Manager) SyncOnce(ctx context.Context) error {
+	ids := m.chatIDs()
+	if len(ids) == 0 {
+		return nil
+	}
+	chats, err := queries.New(m.pool).ChatListByIDs(ctx, ids)
+	if err != nil {
+		return wrap("syncing chats", err)
+	}
+	found := make(map[uuid.UUID]bool, len(chats))
+	for _, c := range chats {
+		found[c.ID] = true
+		ev := runner.EventFromChat(c)
+		for _, r := range m.runnersOf(c.ID) {
+			r.Deliver(ev)
+		}
+	}
+	asked := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		asked[id] = true
+	}
+	for _, k := range m.Runners() {
+		if asked[k.ChatID] && !found[k.ChatID] {
+			m.RequestCleanup(k.ChatID, k.RunnerID)
+		}
+	}
+	return nil
+}
+
+// register upserts this worker's row in chat_workers.
+func (m *Manager) register(ctx context.Context) error {
+	err := queries.New(m.pool).ChatWorkerUpsert(ctx, queries.ChatWorkerUpsertParams{ID: m.cfg.WorkerID, PartsAddr: m.cfg.PartsAddr})
+	return wrap("registering worker", err)
+}
+
+// Unregister deletes this worker's row from chat_workers (clean shutdown).
+func (m *Manager) Unregister(ctx context.Context) error {
+	err := queries.New(m.pool).ChatWorkerDelete(ctx, m.cfg.WorkerID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	return wrap("unregistering worker", err)
+}
