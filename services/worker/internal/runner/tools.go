@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/chatd/chatd/pkg/llm"
+	"github.com/chatd/chatd/pkg/toolargs"
 )
 
 // tool is a worker-executed (non-dynamic) tool.
@@ -38,8 +39,10 @@ func (r toolRegistry) run(ctx context.Context, name string, args json.RawMessage
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	if !json.Valid(args) {
-		return errorResult("the tool call arguments are not valid JSON"), true
+	// Rejected before it runs: invalid JSON, a repeated key, or a schema
+	// property spelled with other capitalization.
+	if err := toolargs.Check(args, t.Spec.InputSchema); err != nil {
+		return errorResult(err.Error()), true
 	}
 	return t.Run(ctx, args)
 }
