@@ -24,7 +24,7 @@ import (
 
 // startWorker runs the whole worker (acquisition, manager, real runners,
 // scripted model) in process until the test ends.
-func startWorker(t *testing.T, dbURL, natsURL string) {
+func startWorker(t testing.TB, dbURL, natsURL string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
