@@ -83,7 +83,14 @@ type Loop struct {
 	spawner Spawner
 	cfg     Config
 	wake    chan struct{}
+	// hints are chats named by chat:ownership notifications: the loop tries
+	// each directly, without scanning for candidates. The timer's and
+	// Wake's full passes are the safety net for dropped hints.
+	hints chan uuid.UUID
 }
+
+// hintBuffer bounds the pending hints; past it a full pass is requested.
+const hintBuffer = 1024
 
 // New returns an acquisition loop. nc may be nil: the loop then wakes on
 // its timer and on Wake only.
@@ -106,7 +113,8 @@ func New(pool *pgxpool.Pool, machine *chatstate.Machine, nc *nats.Conn, spawner 
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	return &Loop{pool: pool, machine: machine, nc: nc, spawner: spawner, cfg: cfg, wake: make(chan struct{}, 1)}
+	return &Loop{pool: pool, machine: machine, nc: nc, spawner: spawner, cfg: cfg,
+		wake: make(chan struct{}, 1), hints: make(chan uuid.UUID, hintBuffer)}
 }
 
 // Run runs a pass at once and then whenever a chat:ownership notification
@@ -114,7 +122,7 @@ func New(pool *pgxpool.Pool, machine *chatstate.Machine, nc *nats.Conn, spawner 
 // overlap; wake-ups during a pass coalesce into one more pass.
 func (l *Loop) Run(ctx context.Context) error {
 	if l.nc != nil {
-		sub, err := notify.SubscribeOwnership(l.nc, func(*chatdv1.OwnershipNotification) { l.Wake() })
+		sub, err := notify.SubscribeOwnership(l.nc, func(n *chatdv1.OwnershipNotification) { l.hint(n.GetChatId()) })
 		if err != nil {
 			return fmt.Errorf("error subscribing to %s: %w", notify.OwnershipSubject, err)
 		}
@@ -137,12 +145,43 @@ func (l *Loop) Run(ctx context.Context) error {
 		if st.Candidates >= l.cfg.BatchSize && st.Acquired > 0 {
 			continue // more candidates may be waiting beyond the batch
 		}
+		if !l.waitForPass(ctx, ticker.Chan()) {
+			return nil
+		}
+	}
+}
+
+// waitForPass serves hinted chats until a full pass is due (timer or
+// Wake); false when ctx ended.
+func (l *Loop) waitForPass(ctx context.Context, tick <-chan time.Time) bool {
+	for {
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-ticker.Chan():
+			return false
+		case <-tick:
+			return true
 		case <-l.wake:
+			return true
+		case id := <-l.hints:
+			if _, err := l.TryAcquire(ctx, id); err != nil && !errors.Is(err, ErrNoCapacity) && ctx.Err() == nil {
+				l.cfg.Log.Warn("acquire chat", "chat_id", id.String(), "error", err.Error())
+			}
 		}
+	}
+}
+
+// hint queues a chat named by a chat:ownership notification; an unreadable
+// ID or a full queue falls back to a full pass.
+func (l *Loop) hint(chatID string) {
+	id, err := uuid.Parse(chatID)
+	if err != nil {
+		l.Wake()
+		return
+	}
+	select {
+	case l.hints <- id:
+	default:
+		l.Wake()
 	}
 }
 

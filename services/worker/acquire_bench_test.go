@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbtest"
+	"github.com/chatd/chatd/pkg/db/queries"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/natstest"
+	"github.com/chatd/chatd/pkg/notify"
+)
+
+// BenchmarkSendToAcquire measures what a POST message costs until a worker
+// owns the chat: the SendMessage bundle commits and publishes (as the api
+// does), the worker wakes on chat:ownership, and its Acquire commits (seen
+// as the chat:update carrying a worker_id). One send at a time; reports
+// p50 and p99.
+func BenchmarkSendToAcquire(b *testing.B) {
+	ctx := context.Background()
+	dbURL := dbtest.NewDatabase(b)
+	natsURL := natstest.URL(b)
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	nc := natstest.Connect(b, natsURL)
+	m := chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
+	org, user := uuid.New(), uuid.New()
+	q := queries.New(pool)
+	if err := q.OrganizationEnsure(ctx, queries.OrganizationEnsureParams{ID: org}); err != nil {
+		b.Fatal(err)
+	}
+	if err := q.UserEnsure(ctx, queries.UserEnsureParams{ID: user}); err != nil {
+		b.Fatal(err)
+	}
+	ids := make([]uuid.UUID, b.N)
+	for i := range ids {
+		ids[i] = uuid.New()
+		if _, err := m.Create(ctx, chatstate.CreateParams{ID: ids[i], OrganizationID: org, OwnerID: user, Title: "t"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	startWorker(b, dbURL, natsURL)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for _, id := range ids {
+		owned := make(chan struct{}, 1)
+		sub, err := notify.SubscribeUpdates(nc, id, func(n *chatdv1.ChatUpdateNotification) {
+			if n.WorkerId != nil {
+				select {
+				case owned <- struct{}{}:
+				default:
+				}
+			}
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			b.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := m.Update(ctx, id, func(tx *chatstate.Tx) error {
+			_, err := tx.SendMessage(ctx, chatstate.UserMessage(chatmsg.Content{chatmsg.Text("::reply ok")}), chatstate.BusyQueue)
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case <-owned:
+		case <-time.After(30 * time.Second):
+			b.Fatal("no worker acquired the chat within 30s")
+		}
+		lat = append(lat, time.Since(start))
+		_ = sub.Unsubscribe()
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
