@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,14 +19,20 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/natstest"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/service"
 )
 
 // startWorker runs the whole worker (acquisition, manager, real runners,
-// scripted model) in process until the test ends.
-func startWorker(t testing.TB, dbURL, natsURL string) {
+// scripted model) in process until the test ends or stop is called; stop
+// is SIGTERM: the worker drains for drain, then releases its chats.
+func startWorker(t testing.TB, dbURL, natsURL string) (stop func()) {
+	return startWorkerDraining(t, dbURL, natsURL, 5)
+}
+
+func startWorkerDraining(t testing.TB, dbURL, natsURL string, drainSeconds int) (stop func()) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -34,21 +42,143 @@ func startWorker(t testing.TB, dbURL, natsURL string) {
 		Common: service.Common{
 			DatabaseURL: dbURL, NATSURL: natsURL, GRPCAddr: addr, ShutdownTimeout: 5 * time.Second,
 		},
-		LeaseSeconds: 30, DrainSeconds: 5, AcquireInterval: time.Second,
+		LeaseSeconds: 30, DrainSeconds: drainSeconds, AcquireInterval: time.Second,
 		MaxRootChats: 0, MaxSubagentChats: 0, MaxGenerationRetries: 25, MaxStepsPerTurn: 1200,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(30 * time.Second):
-			t.Error("worker did not stop")
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(30 * time.Second):
+				t.Error("worker did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// e2e is a database, NATS and a state machine for end-to-end tests.
+type e2e struct {
+	t              *testing.T
+	ctx            context.Context
+	dbURL, natsURL string
+	pool           *pgxpool.Pool
+	m              *chatstate.Machine
+	org, user      uuid.UUID
+}
+
+func newE2E(t *testing.T) *e2e {
+	e := &e2e{t: t, ctx: context.Background(), dbURL: dbtest.NewDatabase(t), natsURL: natstest.URL(t), org: uuid.New(), user: uuid.New()}
+	pool, err := pgxpool.New(e.ctx, e.dbURL)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	e.pool = pool
+	e.m = chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(natstest.Connect(t, e.natsURL), nil).AfterCommit})
+	q := queries.New(pool)
+	require.NoError(t, q.OrganizationEnsure(e.ctx, queries.OrganizationEnsureParams{ID: e.org}))
+	require.NoError(t, q.UserEnsure(e.ctx, queries.UserEnsureParams{ID: e.user}))
+	return e
+}
+
+func (e *e2e) chat(prompt string) uuid.UUID {
+	id := uuid.New()
+	_, err := e.m.Create(e.ctx, chatstate.CreateParams{
+		ID: id, OrganizationID: e.org, OwnerID: e.user, Title: "t",
+		Messages: []chatstate.NewMessage{chatstate.UserMessage(chatmsg.Content{chatmsg.Text(prompt)})},
+	})
+	require.NoError(e.t, err)
+	return id
+}
+
+func (e *e2e) waitStatus(id uuid.UUID, status chatstate.Status) {
+	require.Eventually(e.t, func() bool {
+		s, err := e.m.Get(e.ctx, id)
+		return err == nil && s.Chat.Status == status
+	}, 60*time.Second, 10*time.Millisecond, "chat %s never reached %s", id, status)
+}
+
+func (e *e2e) replies(id uuid.UUID) []string {
+	msgs, err := queries.New(e.pool).ChatMessageListActive(e.ctx, id)
+	require.NoError(e.t, err)
+	var out []string
+	for _, msg := range msgs {
+		if msg.Role == chatstate.RoleAssistant {
+			c, err := chatmsg.ParseContent(msg.Content)
+			require.NoError(e.t, err)
+			out = append(out, c.PlainText())
+		}
+	}
+	return out
+}
+
+// TestTakeoverFinishesTheTurn: a chat owned by a worker that died (its
+// heartbeat is older than the lease) is taken over by a live worker, which
+// finishes the turn.
+func TestTakeoverFinishesTheTurn(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t)
+	id := e.chat("::reply after takeover")
+	dead := uuid.New()
+	_, err := e.m.Update(e.ctx, id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, dead, uuid.New()) })
+	require.NoError(t, err)
+	_, err = e.pool.Exec(e.ctx, "UPDATE chat_heartbeats SET heartbeat_at = now() - interval '5 minutes' WHERE chat_id = $1", id)
+	require.NoError(t, err)
+
+	startWorker(t, e.dbURL, e.natsURL)
+	e.waitStatus(id, chatstate.StatusWaiting)
+	require.Equal(t, []string{"after takeover"}, e.replies(id))
+}
+
+// TestDrainHandsChatsToAnotherWorker: a worker stopped mid-turn with no
+// drain time releases its chat at once; the other worker finishes it.
+func TestDrainHandsChatsToAnotherWorker(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t)
+	stopA := startWorkerDraining(t, e.dbURL, e.natsURL, 0)
+	id := uuid.New()
+	var mu sync.Mutex
+	owners := map[uuid.UUID]bool{}
+	nc := natstest.Connect(t, e.natsURL)
+	_, err := notify.SubscribeUpdates(nc, id, func(n *chatdv1.ChatUpdateNotification) {
+		if n.WorkerId != nil {
+			mu.Lock()
+			owners[uuid.MustParse(n.GetWorkerId())] = true
+			mu.Unlock()
 		}
 	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	_, err = e.m.Create(e.ctx, chatstate.CreateParams{
+		ID: id, OrganizationID: e.org, OwnerID: e.user, Title: "t",
+		Messages: []chatstate.NewMessage{chatstate.UserMessage(chatmsg.Content{chatmsg.Text("::stream 60 20")})},
+	})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s, err := e.m.Get(e.ctx, id)
+		return err == nil && s.Chat.WorkerID != nil
+	}, 30*time.Second, 5*time.Millisecond)
+	first, err := e.m.Get(e.ctx, id)
+	require.NoError(t, err)
+	workerA := *first.Chat.WorkerID
+
+	startWorker(t, e.dbURL, e.natsURL) // B
+	stopA()
+	e.waitStatus(id, chatstate.StatusWaiting)
+	mu.Lock()
+	require.Len(t, owners, 2, "worker B took the chat over")
+	require.True(t, owners[workerA])
+	mu.Unlock()
+	replies := e.replies(id)
+	require.Len(t, replies, 1, "the turn is answered once")
+	require.True(t, strings.HasPrefix(replies[0], "tok1 tok2"), replies[0])
+	require.True(t, strings.HasSuffix(replies[0], "tok60"), replies[0])
 }
 
 // TestWorkersCompleteEveryTurnOnce: three workers race for 60 chats whose
