@@ -181,55 +181,31 @@ func TestDrainHandsChatsToAnotherWorker(t *testing.T) {
 	require.True(t, strings.HasSuffix(replies[0], "tok60"), replies[0])
 }
 
-// TestWorkersCompleteEveryTurnOnce: three workers race for 60 chats whose
-// prompts the scripted model answers; every chat ends waiting with exactly
-// one reply, so every turn ran exactly once.
+// TestWorkersCompleteEveryTurnOnce: two, then three workers race for 200
+// chats whose prompts the scripted model answers; every chat ends waiting
+// with exactly its own reply, so every turn ran exactly once.
 func TestWorkersCompleteEveryTurnOnce(t *testing.T) {
 	t.Parallel()
-	dbURL := dbtest.NewDatabase(t)
-	natsURL := natstest.URL(t)
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, dbURL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	nc := natstest.Connect(t, natsURL)
-	m := chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
-
-	org, user := uuid.New(), uuid.New()
-	q := queries.New(pool)
-	require.NoError(t, q.OrganizationEnsure(ctx, queries.OrganizationEnsureParams{ID: org}))
-	require.NoError(t, q.UserEnsure(ctx, queries.UserEnsureParams{ID: user}))
-
-	for i := 0; i < 3; i++ {
-		startWorker(t, dbURL, natsURL)
-	}
-	const chats = 60
-	ids := make([]uuid.UUID, chats)
-	for i := range ids {
-		ids[i] = uuid.New()
-		_, err := m.Create(ctx, chatstate.CreateParams{
-			ID: ids[i], OrganizationID: org, OwnerID: user, Title: "t",
-			Messages: []chatstate.NewMessage{chatstate.UserMessage(chatmsg.Content{chatmsg.Text(fmt.Sprintf("::reply answer %d", i))})},
-		})
-		require.NoError(t, err)
-	}
-	require.Eventually(t, func() bool {
-		var waiting int
-		err := pool.QueryRow(ctx, "SELECT count(*) FROM chats WHERE status = 'waiting'").Scan(&waiting)
-		return err == nil && waiting == chats
-	}, 60*time.Second, 20*time.Millisecond, "every chat finishes its turn")
-
-	for i, id := range ids {
-		msgs, err := q.ChatMessageListActive(ctx, id)
-		require.NoError(t, err)
-		var replies []string
-		for _, msg := range msgs {
-			if msg.Role == chatstate.RoleAssistant {
-				c, err := chatmsg.ParseContent(msg.Content)
-				require.NoError(t, err)
-				replies = append(replies, c.PlainText())
+	for _, workers := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d workers", workers), func(t *testing.T) {
+			t.Parallel()
+			e := newE2E(t)
+			for i := 0; i < workers; i++ {
+				startWorker(t, e.dbURL, e.natsURL)
 			}
-		}
-		require.Equal(t, []string{fmt.Sprintf("answer %d", i)}, replies, "chat %d answered exactly once", i)
+			const chats = 200
+			ids := make([]uuid.UUID, chats)
+			for i := range ids {
+				ids[i] = e.chat(fmt.Sprintf("::reply answer %d", i))
+			}
+			require.Eventually(t, func() bool {
+				var waiting int
+				err := e.pool.QueryRow(e.ctx, "SELECT count(*) FROM chats WHERE status = 'waiting'").Scan(&waiting)
+				return err == nil && waiting == chats
+			}, 120*time.Second, 20*time.Millisecond, "every chat finishes its turn")
+			for i, id := range ids {
+				require.Equal(t, []string{fmt.Sprintf("answer %d", i)}, e.replies(id), "chat %d answered exactly once", i)
+			}
+		})
 	}
 }
