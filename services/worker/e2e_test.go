@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
@@ -33,10 +36,17 @@ func startWorker(t testing.TB, dbURL, natsURL string) (stop func()) {
 }
 
 func startWorkerDraining(t testing.TB, dbURL, natsURL string, drainSeconds int) (stop func()) {
+	stop, _ = startWorkerAt(t, dbURL, natsURL, drainSeconds)
+	return stop
+}
+
+// startWorkerAt is startWorkerDraining that also returns the worker's gRPC
+// address (PartsService).
+func startWorkerAt(t testing.TB, dbURL, natsURL string, drainSeconds int) (stop func(), addr string) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	addr := l.Addr().String()
+	addr = l.Addr().String()
 	require.NoError(t, l.Close())
 	cfg := &config{
 		Common: service.Common{
@@ -61,7 +71,7 @@ func startWorkerDraining(t testing.TB, dbURL, natsURL string, drainSeconds int) 
 		})
 	}
 	t.Cleanup(stop)
-	return stop
+	return stop, addr
 }
 
 // e2e is a database, NATS and a state machine for end-to-end tests.
@@ -208,4 +218,52 @@ func TestWorkersCompleteEveryTurnOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPartsStreamFromTheOwningWorker: while a worker streams a reply, its
+// PartsService delivers the episode's parts live, in seq order, and the
+// text they carry is the reply the worker commits.
+func TestPartsStreamFromTheOwningWorker(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t)
+	_, addr := startWorkerAt(t, e.dbURL, e.natsURL, 5)
+	id := e.chat("::stream 30 30")
+	var snap chatstate.Snapshot
+	require.Eventually(t, func() bool {
+		var err error
+		snap, err = e.m.Get(e.ctx, id)
+		return err == nil && snap.Chat.GenerationAttempt >= 1
+	}, 30*time.Second, 5*time.Millisecond)
+
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	stream, err := chatdv1.NewPartsServiceClient(conn).StreamParts(e.ctx)
+	require.NoError(t, err)
+	require.NoError(t, stream.Send(&chatdv1.StreamPartsRequest{
+		ChatId: id.String(), HistoryVersion: snap.Chat.HistoryVersion, GenerationAttempt: snap.Chat.GenerationAttempt,
+	}))
+	var text strings.Builder
+	var seq int64
+	for {
+		resp, err := stream.Recv()
+		require.NoError(t, err)
+		if resp.GetEpisodeClosed() != nil {
+			require.Equal(t, seq, resp.GetEpisodeClosed().GetLastSeq())
+			break
+		}
+		p := resp.GetPart()
+		require.Equal(t, seq+1, p.GetSeq(), "seq is contiguous")
+		seq = p.GetSeq()
+		var d struct {
+			Type, Text string
+		}
+		require.NoError(t, json.Unmarshal([]byte(p.GetData()), &d))
+		if d.Type == "text" {
+			text.WriteString(d.Text)
+		}
+	}
+	require.NoError(t, stream.CloseSend())
+	e.waitStatus(id, chatstate.StatusWaiting)
+	require.Equal(t, []string{text.String()}, e.replies(id), "the streamed parts are the committed reply")
 }

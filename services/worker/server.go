@@ -5,19 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/services/worker/internal/acquire"
+	"github.com/chatd/chatd/services/worker/internal/autoarchive"
 	"github.com/chatd/chatd/services/worker/internal/manager"
+	partsvc "github.com/chatd/chatd/services/worker/internal/parts"
 	"github.com/chatd/chatd/services/worker/internal/runner"
 )
 
@@ -64,6 +68,9 @@ type config struct {
 	// MaxGenerationRetries, MaxStepsPerTurn, TurnMaxSeconds and
 	// TTFTTimeoutSeconds are the runner's limits.
 	MaxGenerationRetries, MaxStepsPerTurn, TurnMaxSeconds, TTFTTimeoutSeconds int
+	// AutoArchiveDays is how long a chat family must be idle before it is
+	// archived; 0 turns auto-archive off.
+	AutoArchiveDays int
 }
 
 // Declare adds the worker's settings to v.
@@ -87,6 +94,8 @@ func (c *config) Declare(v *service.Vars) {
 		"Model steps in one turn before the turn is finished like a completed one.")
 	v.Int(&c.TurnMaxSeconds, "CHATD_TURN_MAX_SECONDS", 0, 0,
 		"Longest a turn may run, in seconds; 0 is no limit.")
+	v.Int(&c.AutoArchiveDays, "CHATD_AUTO_ARCHIVE_DAYS", 0, 0,
+		"Days a chat family must be idle before the worker archives it; 0 turns auto-archive off.")
 	v.Int(&c.TTFTTimeoutSeconds, "CHATD_TTFT_TIMEOUT_SECONDS", 0, 0,
 		"Seconds a model call may wait for its first token before it is retried; 0 is no timeout.")
 	v.Check(func() error {
@@ -231,11 +240,22 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		stopServing()
 	}()
 
+	// PartsService is internal (relays dial it on the advertised address);
+	// it keeps streaming through the drain and closes with serving.
+	partsSrv := partsvc.New(parts, partsvc.Options{Logger: log})
+	context.AfterFunc(serveCtx, partsSrv.Close)
+	archiver := autoarchive.New(pool, machine, autoarchive.Config{Days: cfg.AutoArchiveDays, Clock: clock, Logger: log})
+	go func() { _ = archiver.Run(ctx) }() // stops at SIGTERM; returns at once when off
+
 	err = service.Run(serveCtx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
+		Register: func(s *grpc.Server, _ *http.ServeMux) error {
+			partsSrv.Register(s)
+			return nil
+		},
 	})
 	stopServing() // a failed Run drains at once
 	if derr := <-drained; derr != nil {
