@@ -18,6 +18,18 @@ import (
 // fails while its parent is archived. Chats already in the requested state
 // are left alone.
 func (m *Machine) SetFamilyArchived(ctx context.Context, id uuid.UUID, archived bool) ([]Result, error) {
+	return m.SetFamilyArchivedIf(ctx, id, archived, nil)
+}
+
+// ErrPreconditionFailed: SetFamilyArchivedIf's check said no; nothing changed.
+var ErrPreconditionFailed = errors.New("precondition no longer holds")
+
+// SetFamilyArchivedIf is SetFamilyArchived with a last check that runs with
+// every member locked, just before commit: when it reports false the whole
+// operation rolls back with ErrPreconditionFailed. The auto-archive loop
+// rechecks a family's idleness this way, so a message committed after its
+// candidate read can never be archived away.
+func (m *Machine) SetFamilyArchivedIf(ctx context.Context, id uuid.UUID, archived bool, check func(ctx context.Context, q *queries.Queries) (bool, error)) ([]Result, error) {
 	var results []Result
 	err := m.inTx(ctx, func(ptx pgx.Tx) error {
 		q := queries.New(ptx)
@@ -48,6 +60,8 @@ func (m *Machine) SetFamilyArchived(ctx context.Context, id uuid.UUID, archived 
 		if err != nil {
 			return fmt.Errorf("list family of chat %s: %w", id, err)
 		}
+		// Lock every member that changes, then check, then change them.
+		var txs []*Tx
 		for _, member := range ids {
 			current, err := q.ChatGet(ctx, member)
 			if err != nil {
@@ -60,6 +74,18 @@ func (m *Machine) SetFamilyArchived(ctx context.Context, id uuid.UUID, archived 
 			if err != nil {
 				return err
 			}
+			txs = append(txs, tx)
+		}
+		if check != nil {
+			ok, err := check(ctx, q)
+			if err != nil {
+				return fmt.Errorf("check family of chat %s: %w", id, err)
+			}
+			if !ok {
+				return fmt.Errorf("archive family of chat %s: %w", id, ErrPreconditionFailed)
+			}
+		}
+		for _, tx := range txs {
 			if err := tx.SetArchived(ctx, archived); err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package chatstate_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -484,4 +485,20 @@ func TestViewIsReadOnlyAndSilent(t *testing.T) {
 	require.Equal(t, before.Chat.SnapshotVersion, after.Chat.SnapshotVersion, "a view bumps nothing")
 	require.Equal(t, commits, h.commits.count(), "a view publishes nothing")
 	require.ErrorIs(t, h.m.View(h.ctx, uuid.New(), func(*chatstate.Tx) error { return nil }), chatstate.ErrChatNotFound)
+}
+
+func TestFamilyArchiveIfRollsBackWhenTheCheckFails(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	root := h.reach(chatstate.W, 0, false)
+	child := h.createChild(root, false)
+	before := h.loadModel(child)
+	commits := h.commits.count()
+	_, err := h.m.SetFamilyArchivedIf(h.ctx, root, true, func(context.Context, *queries.Queries) (bool, error) { return false, nil })
+	require.ErrorIs(t, err, chatstate.ErrPreconditionFailed)
+	require.Equal(t, before.norm(), h.loadModel(child).norm())
+	require.Equal(t, commits, h.commits.count())
+	res, err := h.m.SetFamilyArchivedIf(h.ctx, root, true, func(context.Context, *queries.Queries) (bool, error) { return true, nil })
+	require.NoError(t, err)
+	require.Len(t, res, 2)
 }

@@ -201,27 +201,22 @@ func (l *Loop) Tick(ctx context.Context) (Stats, error) {
 // because its idleness changed since the candidate read, a member became
 // busy, or the root is gone, is skipped: false and no error.
 func (l *Loop) ArchiveFamily(ctx context.Context, root uuid.UUID, cutoff time.Time) (bool, error) {
-	// Recheck the idleness right before archiving: a message may have
-	// arrived since the batch was read.
-	still, err := queries.New(l.pool).ChatAutoArchiveCandidates(ctx, queries.ChatAutoArchiveCandidatesParams{
-		Cutoff: cutoff, AfterID: uuid.Nil, RootID: &root, BatchSize: 1,
+	// SetFamilyArchivedIf locks the root and every descendant, applies
+	// SetArchived(true) to each, and rechecks the idleness with all of them
+	// locked, in one transaction: a member that became busy rejects it, a
+	// message that arrived since the candidate read fails the recheck, and
+	// nothing changes either way.
+	results, err := l.machine.SetFamilyArchivedIf(ctx, root, true, func(ctx context.Context, q *queries.Queries) (bool, error) {
+		still, err := q.ChatAutoArchiveCandidates(ctx, queries.ChatAutoArchiveCandidatesParams{
+			Cutoff: cutoff, AfterID: uuid.Nil, RootID: &root, BatchSize: 1,
+		})
+		return len(still) == 1, err
 	})
-	if err != nil {
-		return false, fmt.Errorf("recheck auto-archive candidate %s: %w", root, err)
-	}
-	if len(still) == 0 {
-		return false, nil
-	}
-	// SetFamilyArchived locks the root and every descendant and applies
-	// SetArchived(true) to each in one transaction: a member that became
-	// running, interrupting or requires_action (or landed in an invalid
-	// state) rejects it, and nothing changes.
-	results, err := l.machine.SetFamilyArchived(ctx, root, true)
 	switch {
 	case err == nil:
 		// No change means another worker's loop archived the family first.
 		return len(results) > 0, nil
-	case errors.Is(err, chatstate.ErrNotAllowed), errors.Is(err, chatstate.ErrChatNotFound):
+	case errors.Is(err, chatstate.ErrNotAllowed), errors.Is(err, chatstate.ErrChatNotFound), errors.Is(err, chatstate.ErrPreconditionFailed):
 		l.log.Debug("auto-archive skipped a family", "root", root, "reason", err)
 		return false, nil
 	default:
