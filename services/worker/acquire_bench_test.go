@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
-	"github.com/chatd/chatd/pkg/db/dbtest"
-	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/natstest"
 	"github.com/chatd/chatd/pkg/notify"
@@ -24,32 +20,16 @@ import (
 // as the chat:update carrying a worker_id). One send at a time, each to an
 // idle worker (the previous turn finishes untimed); reports p50 and p99.
 func BenchmarkSendToAcquire(b *testing.B) {
-	ctx := context.Background()
-	dbURL := dbtest.NewDatabase(b)
-	natsURL := natstest.URL(b)
-	pool, err := pgxpool.New(ctx, dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	nc := natstest.Connect(b, natsURL)
-	m := chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
-	org, user := uuid.New(), uuid.New()
-	q := queries.New(pool)
-	if err := q.OrganizationEnsure(ctx, queries.OrganizationEnsureParams{ID: org}); err != nil {
-		b.Fatal(err)
-	}
-	if err := q.UserEnsure(ctx, queries.UserEnsureParams{ID: user}); err != nil {
-		b.Fatal(err)
-	}
+	e := newE2E(b)
+	ctx, m, nc := e.ctx, e.m, natstest.Connect(b, e.natsURL)
 	ids := make([]uuid.UUID, b.N)
 	for i := range ids {
 		ids[i] = uuid.New()
-		if _, err := m.Create(ctx, chatstate.CreateParams{ID: ids[i], OrganizationID: org, OwnerID: user, Title: "t"}); err != nil {
+		if _, err := m.Create(ctx, chatstate.CreateParams{ID: ids[i], OrganizationID: e.org, OwnerID: e.user, Title: "t"}); err != nil {
 			b.Fatal(err)
 		}
 	}
-	startWorker(b, dbURL, natsURL)
+	startWorker(b, e.dbURL, e.natsURL)
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for _, id := range ids {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -10,14 +9,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
-	"github.com/chatd/chatd/pkg/db/dbtest"
-	"github.com/chatd/chatd/pkg/db/queries"
-	"github.com/chatd/chatd/pkg/natstest"
-	"github.com/chatd/chatd/pkg/notify"
 )
 
 // benchChats reads CHATD_BENCH_CHATS (default 1000).
@@ -39,30 +33,11 @@ func benchChats(b *testing.B) int {
 // -benchtime 1x; CHATD_BENCH_CHATS sets N.
 func BenchmarkHeldStreamingChats(b *testing.B) {
 	n := benchChats(b)
-	ctx := context.Background()
-	dbURL := dbtest.NewDatabase(b)
-	natsURL := natstest.URL(b)
-	cfgPool, err := pgxpool.ParseConfig(dbURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfgPool)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(pool.Close)
-	m := chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(natstest.Connect(b, natsURL), nil).AfterCommit})
-	org, user := uuid.New(), uuid.New()
-	q := queries.New(pool)
-	if err := q.OrganizationEnsure(ctx, queries.OrganizationEnsureParams{ID: org}); err != nil {
-		b.Fatal(err)
-	}
-	if err := q.UserEnsure(ctx, queries.UserEnsureParams{ID: user}); err != nil {
-		b.Fatal(err)
-	}
+	e := newE2E(b)
+	ctx, pool, m, dbURL, natsURL := e.ctx, e.pool, e.m, e.dbURL, e.natsURL
 	for i := 0; i < n; i++ {
 		_, err := m.Create(ctx, chatstate.CreateParams{
-			ID: uuid.New(), OrganizationID: org, OwnerID: user, Title: "load",
+			ID: uuid.New(), OrganizationID: e.org, OwnerID: e.user, Title: "load",
 			Messages: []chatstate.NewMessage{chatstate.UserMessage(chatmsg.Content{chatmsg.Text("::stream 1000000 20")})},
 		})
 		if err != nil {

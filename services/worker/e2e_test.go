@@ -76,7 +76,7 @@ func startWorkerAt(t testing.TB, dbURL, natsURL string, drainSeconds int) (stop 
 
 // e2e is a database, NATS and a state machine for end-to-end tests.
 type e2e struct {
-	t              *testing.T
+	t              testing.TB
 	ctx            context.Context
 	dbURL, natsURL string
 	pool           *pgxpool.Pool
@@ -84,7 +84,7 @@ type e2e struct {
 	org, user      uuid.UUID
 }
 
-func newE2E(t *testing.T) *e2e {
+func newE2E(t testing.TB) *e2e {
 	e := &e2e{t: t, ctx: context.Background(), dbURL: dbtest.NewDatabase(t), natsURL: natstest.URL(t), org: uuid.New(), user: uuid.New()}
 	pool, err := pgxpool.New(e.ctx, e.dbURL)
 	require.NoError(t, err)
