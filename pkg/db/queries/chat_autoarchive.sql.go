@@ -19,14 +19,12 @@ WHERE r.parent_chat_id IS NULL
   AND NOT r.archived
   AND r.status IN ('waiting', 'error')
   AND r.created_at < $1
-  AND r.updated_at < $1
   AND r.id > $2
   AND ($3::uuid IS NULL OR r.id = $3::uuid)
   AND NOT EXISTS (
       SELECT 1 FROM chats m
       WHERE m.root_chat_id = r.id
-        AND (m.updated_at >= $1
-             OR m.status IN ('running', 'interrupting', 'requires_action'))
+        AND m.status IN ('running', 'interrupting', 'requires_action')
   )
   AND NOT EXISTS (
       SELECT 1 FROM chat_messages msg
@@ -52,8 +50,9 @@ type ChatAutoArchiveCandidatesParams struct {
 // locks: root chats that are not archived, waiting or in error (W, E0, E1),
 // created before the cutoff, whose whole family has been idle since the
 // cutoff. A family is idle when no member is running, interrupting or
-// requires_action, no member was updated (by any transition) at or after the
-// cutoff, and no member has a non-deleted message created at or after it.
+// requires_action and no member has a non-deleted message created at or
+// after it. Only messages count as activity (the spec): a family unarchived
+// without a new message is archived again on the next tick.
 // Keyset-paginated on id after @after_id; a non-null @root_id restricts the
 // read to that one root (the loop's recheck just before it archives).
 func (q *Queries) ChatAutoArchiveCandidates(ctx context.Context, arg ChatAutoArchiveCandidatesParams) ([]uuid.UUID, error) {

@@ -158,7 +158,8 @@ func TestTickArchivesIdleFamilies(t *testing.T) {
 
 	// Recent: nothing backdated.
 	recent := e.create(nil, false)
-	// A child updated recently keeps its family.
+	// Only messages count as activity: a child whose row changed recently
+	// but whose messages are old does not keep its family.
 	busyRoot := e.create(nil, false)
 	busyChild := e.create(&busyRoot, false)
 	e.backdate(busyRoot)
@@ -190,15 +191,15 @@ func TestTickArchivesIdleFamilies(t *testing.T) {
 	stats, err := e.loop(autoarchive.Config{}).Tick(e.ctx)
 	require.NoError(t, err)
 	require.Equal(t, autoarchive.Cutoff(e.clock.Now(), days), stats.Cutoff)
-	require.Equal(t, 2, stats.Candidates)
-	require.Equal(t, 2, stats.Archived)
+	require.Equal(t, 3, stats.Candidates)
+	require.Equal(t, 3, stats.Archived)
 	require.Zero(t, stats.Skipped)
 	require.Zero(t, stats.Failed)
 
-	e.requireArchived(true, lone, errRoot, errChild, errGrandchild)
+	e.requireArchived(true, lone, errRoot, errChild, errGrandchild, busyRoot, busyChild)
 	require.Equal(t, chatstate.XE0, e.state(errRoot))
 	require.Equal(t, chatstate.XW, e.state(errChild))
-	e.requireArchived(false, recent, busyRoot, busyChild, chattyRoot, chattyChild,
+	e.requireArchived(false, recent, chattyRoot, chattyChild,
 		runRoot, runChild, runningRoot, youngRoot, oldChild)
 
 	// The next tick finds nothing new.
@@ -420,4 +421,23 @@ func TestConcurrentLoops(t *testing.T) {
 	}
 	require.Equal(t, 10, archived)
 	e.requireArchived(true, ids...)
+}
+
+// TestUnarchivedWithoutNewMessageIsArchivedAgain: only messages count as
+// activity, so unarchiving alone does not save an idle family.
+func TestUnarchivedWithoutNewMessageIsArchivedAgain(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	root := e.create(nil, false)
+	e.backdate(root)
+	stats, err := e.loop(autoarchive.Config{}).Tick(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, stats.Archived)
+	_, err = e.machine.SetFamilyArchived(e.ctx, root, false)
+	require.NoError(t, err)
+	e.requireArchived(false, root)
+	stats, err = e.loop(autoarchive.Config{}).Tick(e.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, stats.Archived)
+	e.requireArchived(true, root)
 }
