@@ -2,13 +2,22 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 
+	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/services/relay/internal/relay"
 )
+
+// errNoDatabase refuses a relay without Postgres: it resolves workers'
+// addresses from the worker registry.
+var errNoDatabase = errors.New("CHATD_DATABASE_URL is required: the relay finds workers in the chat_workers registry")
 
 // name is the service's short name: its health service is "chatd.v1.relay".
 const name = "relay"
@@ -26,6 +35,12 @@ func (c *config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7004")
 	v.Addr(&c.AdvertiseAddr, "CHATD_ADVERTISE_ADDR", "",
 		"host:port other services dial for this relay; empty derives it from CHATD_GRPC_ADDR (an empty host becomes the hostname).", true)
+	v.Check(func() error {
+		if c.DatabaseURL == "" {
+			return errNoDatabase
+		}
+		return nil
+	})
 }
 
 // program describes the relay binary for service.Main.
@@ -47,17 +62,32 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.DatabaseURL == "" {
+		return errNoDatabase
+	}
+	log = log.With("advertise_addr", advertise)
+	pool, err := pgxpool.New(context.WithoutCancel(ctx), cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("error connecting to Postgres: %w", err)
+	}
+	defer pool.Close()
+
+	srv := relay.New(relay.Options{Resolver: relay.DBResolver{Q: queries.New(pool)}, Logger: log})
+	// The relay's calls never end by themselves: end them when shutdown
+	// begins, so that the graceful stop does not wait for its timeout.
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	defer srv.Close()
 	return service.Run(ctx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,
 		ShutdownTimeout: cfg.ShutdownTimeout,
-		Logger:          log.With("advertise_addr", advertise),
-		Register:        register,
+		Logger:          log,
+		Register: func(s *grpc.Server, _ *http.ServeMux) error {
+			srv.Register(s)
+			return nil
+		},
 	})
-}
-
-// register adds the relay's handlers. RelayService arrives with a later
-// issue; until then the relay serves health only.
-func register(s *grpc.Server, mux *http.ServeMux) error {
-	return nil
 }
