@@ -3,8 +3,12 @@ package main
 import (
 	"testing"
 
+	"github.com/chatd/chatd/pkg/db/dbtest"
+	"github.com/chatd/chatd/pkg/natstest"
 	"github.com/chatd/chatd/pkg/service/servicetest"
 )
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
 
 // TestBinary builds the stream binary and checks it through its real entry
 // point: it serves health until SIGTERM and exits 0, lists its settings,
@@ -15,19 +19,28 @@ func TestBinary(t *testing.T) {
 
 	t.Run("serves health until SIGTERM", func(t *testing.T) {
 		t.Parallel()
-		servicetest.CheckLifecycle(t, bin, servicetest.Lifecycle{Name: "stream", HTTP: true})
+		servicetest.CheckLifecycle(t, bin, servicetest.Lifecycle{Name: "stream", HTTP: true, Env: []string{
+			"CHATD_DATABASE_URL=" + dbtest.NewDatabase(t),
+			"CHATD_NATS_URL=" + natstest.URL(t),
+			"CHATD_AUTH_SECRET=" + "a-secret-of-at-least-thirty-two-bytes!!",
+		}})
 	})
 
 	t.Run("help lists every setting", func(t *testing.T) {
 		t.Parallel()
 		servicetest.CheckHelp(t, bin,
 			"CHATD_DATABASE_URL", "CHATD_NATS_URL", "CHATD_GRPC_ADDR", "CHATD_LOG_LEVEL", "CHATD_SHUTDOWN_TIMEOUT",
-			"CHATD_HTTP_ADDR", "CHATD_AUTH_SECRET", "CHATD_RELAY_ADDR")
+			"CHATD_HTTP_ADDR", "CHATD_AUTH_SECRET", "CHATD_AUTH_JWKS_URL", "CHATD_RELAY_ADDR")
 	})
 
 	t.Run("rejects a bad address", func(t *testing.T) {
 		t.Parallel()
 		servicetest.CheckRejects(t, bin, []string{"CHATD_GRPC_ADDR=localhost"},
 			`CHATD_GRPC_ADDR: missing port in address "localhost"`)
+	})
+
+	t.Run("refuses to run without a way to verify tokens", func(t *testing.T) {
+		t.Parallel()
+		servicetest.CheckRejects(t, bin, nil, "set CHATD_AUTH_SECRET")
 	})
 }

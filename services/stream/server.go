@@ -2,12 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
+	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/services/stream/internal/streamhttp"
 )
 
 // name is the service's short name: its health service is "chatd.v1.stream".
@@ -18,8 +24,10 @@ type config struct {
 	service.Common
 	// HTTPAddr is where GET /api/v2/chats/{chat}/stream listens.
 	HTTPAddr string
-	// AuthSecret verifies bearer tokens.
+	// AuthSecret verifies HS256 bearer tokens.
 	AuthSecret string
+	// JWKSURL serves the keys of RS256/ES256 bearer tokens.
+	JWKSURL string
 	// RelayAddr is the relay service's gRPC address.
 	RelayAddr string
 }
@@ -29,11 +37,21 @@ func (c *config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7003")
 	v.Addr(&c.HTTPAddr, "CHATD_HTTP_ADDR", ":8081",
 		"host:port the chat streams (WebSocket and SSE) and /healthz listen on.", false)
-	v.Secret(&c.AuthSecret, "CHATD_AUTH_SECRET", 32,
-		"HMAC key (at least 32 bytes) that verifies bearer tokens.")
+	v.Secret(&c.AuthSecret, auth.EnvSecret, auth.MinSecretLen,
+		"HMAC key (at least 32 bytes) that verifies HS256 bearer tokens.")
+	v.String(&c.JWKSURL, auth.EnvJWKSURL, "",
+		"URL of a JWKS whose keys verify RS256/ES256 bearer tokens (optional; with or instead of CHATD_AUTH_SECRET).")
 	v.Addr(&c.RelayAddr, "CHATD_RELAY_ADDR", "127.0.0.1:7004",
 		"host:port of the relay service, which forwards live message parts from workers.", false)
+	v.Check(func() error {
+		if c.AuthSecret == "" && c.JWKSURL == "" {
+			return errNoAuth
+		}
+		return nil
+	})
 }
+
+var errNoAuth = errors.New("set CHATD_AUTH_SECRET (HS256) or CHATD_AUTH_JWKS_URL (RS256/ES256): the stream accepts only authenticated clients")
 
 // program describes the stream binary for service.Main.
 func program() service.Program {
@@ -50,19 +68,37 @@ func program() service.Program {
 
 // run serves the stream service until ctx ends.
 func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+	if cfg.DatabaseURL == "" {
+		return fmt.Errorf("CHATD_DATABASE_URL is required: the stream reads chats from Postgres")
+	}
+	verifier, err := auth.NewVerifier(auth.Config{Secret: []byte(cfg.AuthSecret), JWKSURL: cfg.JWKSURL})
+	if err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("connect to Postgres: %w", err)
+	}
+	defer pool.Close()
+	nc, err := nats.Connect(cfg.NATSURL, nats.Name("chatd-stream"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", cfg.NATSURL, err)
+	}
+	defer nc.Close()
+	poller := &streamhttp.Poller{Pool: pool, Log: log}
+	go poller.Run(ctx)
+	srv := &streamhttp.Server{Pool: pool, NATS: nc, Verifier: verifier, Log: log, Poller: poller, Done: ctx.Done()}
 	return service.Run(ctx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,
 		HTTPAddr:        cfg.HTTPAddr,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log.With("relay_addr", cfg.RelayAddr),
-		Register:        register,
+		// The relay forwarder (CHATD_RELAY_ADDR) arrives with a later part
+		// of issue 5; until then no live message_part events are sent.
+		Register: func(_ *grpc.Server, mux *http.ServeMux) error {
+			srv.Register(mux)
+			return nil
+		},
 	})
-}
-
-// register adds the stream service's handlers. The stream endpoint, the
-// sync poller and the relay forwarder arrive with later issues; until then
-// the service serves health only.
-func register(s *grpc.Server, mux *http.ServeMux) error {
-	return nil
 }

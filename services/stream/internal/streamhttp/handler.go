@@ -1,0 +1,375 @@
+// Package streamhttp serves GET /api/v2/chats/{chat}/stream: one stream loop
+// per connection, over SSE (Accept: text/event-stream) or WebSocket.
+package streamhttp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
+
+	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/db/queries"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
+)
+
+// Path is the stream endpoint's route pattern.
+const Path = "GET /api/v2/chats/{chat}/stream"
+
+// Defaults for Server's intervals.
+const (
+	DefaultHeartbeat = 15 * time.Second
+	DefaultPoll      = 10 * time.Second
+)
+
+// Server holds what every stream connection needs.
+type Server struct {
+	Pool     *pgxpool.Pool
+	NATS     *nats.Conn
+	Verifier *auth.Verifier
+	Log      *slog.Logger
+	// Heartbeat is the idle keep-alive interval (SSE comment, WebSocket
+	// ping). Default DefaultHeartbeat.
+	Heartbeat time.Duration
+	// Poller is the replica-wide sync poller. When nil, each connection
+	// polls its own chat every Poll instead.
+	Poller *Poller
+	// Poll is the per-connection poll interval used without a Poller.
+	// Default DefaultPoll.
+	Poll time.Duration
+	// Parts returns the live-part source of a new connection; nil means
+	// streamloop.NoParts.
+	Parts func() streamloop.Parts
+	// Done, when set, ends every stream when closed (service shutdown).
+	Done <-chan struct{}
+}
+
+// Register adds the endpoint to mux.
+func (s *Server) Register(mux *http.ServeMux) { mux.HandleFunc(Path, s.ServeHTTP) }
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.Default()
+	}
+	return s.Log
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg})
+}
+
+// ServeHTTP authenticates, owner-checks and validates the cursor, then runs
+// the stream until the client leaves, the chat disappears or the service
+// stops.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	token, err := auth.FromAuthorizationHeader(r.Header.Get("Authorization"))
+	var claims auth.Claims
+	if err == nil {
+		claims, err = s.Verifier.Verify(ctx, token)
+	}
+	if err != nil {
+		writeError(w, http.StatusUnauthorized, err.Error())
+		return
+	}
+	chatID, err := uuid.Parse(r.PathValue("chat"))
+	if err != nil {
+		writeError(w, http.StatusNotFound, "chat not found")
+		return
+	}
+	sse := acceptsSSE(r)
+	raw := r.URL.Query().Get("cursor")
+	if sse && raw == "" {
+		raw = r.Header.Get("Last-Event-ID")
+	}
+	var resume *streamloop.Cursor
+	if raw != "" {
+		c, err := streamloop.DecodeCursor(raw)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		resume = &c
+	}
+	chat, err := queries.New(s.Pool).ChatGet(ctx, chatID)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && chat.OwnerID != claims.UserID {
+		writeError(w, http.StatusNotFound, "chat not found")
+		return
+	}
+	if err != nil {
+		s.log().Error("read chat for stream", "chat_id", chatID, "error", err)
+		writeError(w, http.StatusInternalServerError, "could not read the chat")
+		return
+	}
+	if resume != nil {
+		// State only moves forward, so a cursor not ahead now never will be.
+		if err := resume.CheckAgainst(chat); err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+	}
+
+	// Subscribe before the first Sync so no change after it is missed.
+	c := newConn(s, chatID, resume)
+	sub, err := notify.SubscribeUpdates(s.NATS, chatID, c.notified)
+	if err != nil {
+		s.log().Error("subscribe to chat updates", "chat_id", chatID, "error", err)
+		writeError(w, http.StatusServiceUnavailable, "could not subscribe to chat updates")
+		return
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // best effort on the way out
+	if err := s.NATS.FlushTimeout(2 * time.Second); err != nil {
+		// Notifications are hints: the poll still keeps the stream correct.
+		s.log().Warn("flush chat update subscription", "chat_id", chatID, "error", err)
+	}
+
+	if sse {
+		s.serveSSE(ctx, w, c)
+	} else {
+		s.serveWebSocket(ctx, w, r, c)
+	}
+}
+
+func acceptsSSE(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		if strings.Contains(v, "text/event-stream") {
+			return true
+		}
+	}
+	return false
+}
+
+// conn is one connection's loop and its inputs.
+type conn struct {
+	s        *Server
+	chatID   uuid.UUID
+	loop     *streamloop.Loop
+	hints    chan streamloop.Hints
+	overflow atomic.Bool
+}
+
+func newConn(s *Server, chatID uuid.UUID, resume *streamloop.Cursor) *conn {
+	var parts streamloop.Parts = streamloop.NoParts{}
+	if s.Parts != nil {
+		parts = s.Parts()
+	}
+	return &conn{s: s, chatID: chatID, loop: streamloop.New(s.Pool, chatID, parts, resume),
+		hints: make(chan streamloop.Hints, 64)}
+}
+
+// notified turns a chat:update notification into Sync hints. It never
+// blocks the NATS goroutine: when the buffer is full the loop is told to
+// fetch unconditionally instead.
+func (c *conn) notified(n *chatdv1.ChatUpdateNotification) {
+	h := HintsFromNotification(n)
+	select {
+	case c.hints <- h:
+	default:
+		c.overflow.Store(true)
+	}
+}
+
+// HintsFromNotification converts a chat:update payload (all fields present;
+// worker_id tri-state: unset = null worker).
+func HintsFromNotification(n *chatdv1.ChatUpdateNotification) streamloop.Hints {
+	sv, hv, qv, rv, ga, st := n.SnapshotVersion, n.HistoryVersion, n.QueueVersion, n.RetryStateVersion, n.GenerationAttempt, n.Status
+	h := streamloop.Hints{SnapshotVersion: &sv, HistoryVersion: &hv, QueueVersion: &qv, RetryStateVersion: &rv,
+		GenerationAttempt: &ga, Status: &st, Worker: true}
+	if n.WorkerId != nil {
+		id, err := uuid.Parse(*n.WorkerId)
+		if err != nil {
+			h.Worker = false // unreadable: ignore the field
+		} else {
+			h.WorkerID = &id
+		}
+	}
+	return h
+}
+
+// run is the loop: bootstrap, then one Sync per trigger, sending events and
+// heartbeats through send/beat until ctx ends or sending fails.
+func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, beat func() error) {
+	log := c.s.log().With("chat_id", c.chatID)
+	hb := interval(c.s.Heartbeat, DefaultHeartbeat)
+	// Without a replica-wide poller, a per-connection ticker is the safety
+	// net; with one, its hints arrive on polled.
+	var pollC <-chan time.Time
+	var polled <-chan streamloop.Hints
+	if c.s.Poller != nil {
+		sub := c.s.Poller.Register(c.chatID)
+		defer c.s.Poller.Deregister(sub)
+		polled = sub.C
+	} else {
+		poll := time.NewTicker(interval(c.s.Poll, DefaultPoll))
+		defer poll.Stop()
+		pollC = poll.C
+	}
+	evs, err := c.loop.Bootstrap(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Warn("stream bootstrap", "error", err)
+		}
+		return
+	}
+	if err := send(evs); err != nil {
+		return
+	}
+	beatT := time.NewTicker(hb)
+	defer beatT.Stop()
+	done := c.s.Done
+	for {
+		var evs []streamloop.Event
+		var err error
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-beatT.C:
+			if beat() != nil {
+				return
+			}
+			continue
+		case h := <-c.hints:
+			if c.overflow.Swap(false) {
+				evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Bootstrap(ctx) })
+			} else {
+				evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Sync(ctx, h) })
+			}
+		case h := <-polled:
+			evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Sync(ctx, h) })
+		case <-pollC:
+			// Per-connection poll: read the version columns and Sync with
+			// them as hints.
+			evs, err = retry(ctx, func() ([]streamloop.Event, error) {
+				chat, err := queries.New(c.s.Pool).ChatGet(ctx, c.chatID)
+				if errors.Is(err, pgx.ErrNoRows) {
+					return nil, streamloop.ErrChatNotFound
+				}
+				if err != nil {
+					return nil, err
+				}
+				return c.loop.Sync(ctx, streamloop.HintsFromChat(chat))
+			})
+		}
+		if err != nil {
+			// The chat is gone, the client left, or the database kept
+			// failing after bounded retries: the stream ends (spec: "Loop
+			// termination"). The client reconnects with its cursor.
+			if ctx.Err() == nil {
+				log.Warn("ending stream", "error", err)
+			}
+			return
+		}
+		if err := send(evs); err != nil {
+			return
+		}
+	}
+}
+
+// syncRetries bounds how often a failing Sync is retried before the stream
+// ends; a Sync that failed changed no local state, so a retry is safe.
+var syncRetries = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}
+
+func retry(ctx context.Context, fn func() ([]streamloop.Event, error)) ([]streamloop.Event, error) {
+	for i := 0; ; i++ {
+		evs, err := fn()
+		if err == nil || errors.Is(err, streamloop.ErrChatNotFound) || ctx.Err() != nil || i == len(syncRetries) {
+			return evs, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(syncRetries[i]):
+		}
+	}
+}
+
+func interval(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	send := func(evs []streamloop.Event) error {
+		if len(evs) == 0 {
+			return nil
+		}
+		var b strings.Builder
+		for _, e := range evs {
+			data, err := json.Marshal(e)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(&b, "id: %s\ndata: %s\n\n", e.Cursor.Encode(), data)
+		}
+		if _, err := w.Write([]byte(b.String())); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	beat := func() error {
+		if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	c.run(ctx, send, beat)
+}
+
+func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *http.Request, c *conn) {
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept wrote the error response
+	}
+	defer ws.CloseNow() //nolint:errcheck // closing anyway
+	ctx = ws.CloseRead(ctx)
+	send := func(evs []streamloop.Event) error {
+		for _, e := range evs {
+			data, err := json.Marshal(e)
+			if err != nil {
+				return err
+			}
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = ws.Write(wctx, websocket.MessageText, data)
+			cancel()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	beat := func() error {
+		pctx, cancel := context.WithTimeout(ctx, interval(s.Heartbeat, DefaultHeartbeat))
+		defer cancel()
+		return ws.Ping(pctx)
+	}
+	c.run(ctx, send, beat)
+	ws.Close(websocket.StatusNormalClosure, "") //nolint:errcheck // best effort
+}

@@ -1,0 +1,410 @@
+package streamhttp_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbtest"
+	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/natstest"
+	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/services/stream/internal/streamhttp"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
+
+const secret = "a-secret-of-at-least-thirty-two-bytes!!"
+
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	m      *chatstate.Machine
+	srv    *httptest.Server
+	org    uuid.UUID
+	user   uuid.UUID
+	token  string
+	signer *auth.Signer
+}
+
+func newEnv(t *testing.T) *env { return newEnvWith(t, true, nil) }
+
+// newEnvWith builds the server; publish says whether transitions notify
+// (false: every notification is dropped), poller is the sync poller to use
+// (nil: a per-connection poll every 10 s).
+func newEnvWith(t *testing.T, publish bool, poller *streamhttp.Poller) *env {
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	nc := natstest.NewConn(t)
+	log := slog.Default()
+	e := &env{t: t, ctx: ctx, pool: pool, org: uuid.New(), user: uuid.New()}
+	cfg := chatstate.Config{}
+	if publish {
+		cfg.AfterCommit = notify.NewPublisher(nc, log).AfterCommit
+	}
+	e.m = chatstate.New(pool, cfg)
+	if poller != nil {
+		poller.Pool = pool
+		pctx, cancel := context.WithCancel(ctx)
+		t.Cleanup(cancel)
+		go poller.Run(pctx)
+	}
+	q := queries.New(pool)
+	require.NoError(t, q.OrganizationEnsure(ctx, queries.OrganizationEnsureParams{ID: e.org, Name: "org"}))
+	require.NoError(t, q.UserEnsure(ctx, queries.UserEnsureParams{ID: e.user, Name: "user"}))
+	v, err := auth.NewVerifier(auth.Config{Secret: []byte(secret)})
+	require.NoError(t, err)
+	e.signer, err = auth.NewSigner([]byte(secret))
+	require.NoError(t, err)
+	e.token = e.tokenFor(e.user)
+	// A second connection for the server side, as in production.
+	snc := natstest.Connect(t, nc.ConnectedUrl())
+	s := &streamhttp.Server{Pool: pool, NATS: snc, Verifier: v, Log: log, Heartbeat: 300 * time.Millisecond, Poll: 10 * time.Second, Poller: poller}
+	mux := http.NewServeMux()
+	s.Register(mux)
+	e.srv = httptest.NewServer(mux)
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *env) tokenFor(user uuid.UUID) string {
+	tok, err := e.signer.Sign(auth.Claims{UserID: user, OrganizationID: e.org}, time.Hour)
+	require.NoError(e.t, err)
+	return tok
+}
+
+func text(s string) chatmsg.Content { return chatmsg.Content{chatmsg.Text(s)} }
+
+func (e *env) create() uuid.UUID {
+	id := uuid.New()
+	_, err := e.m.Create(e.ctx, chatstate.CreateParams{ID: id, OrganizationID: e.org, OwnerID: e.user, Title: "t",
+		Messages: []chatstate.NewMessage{{Role: chatstate.RoleSystem, Content: text("sys")}, chatstate.UserMessage(text("hello"))}})
+	require.NoError(e.t, err)
+	return id
+}
+
+func (e *env) do(id uuid.UUID, fn func(*chatstate.Tx) error) {
+	_, err := e.m.Update(e.ctx, id, fn)
+	require.NoError(e.t, err)
+}
+
+// reply is a worker's turn: commit an assistant step and finish.
+func (e *env) reply(id uuid.UUID, s string) {
+	e.do(id, func(tx *chatstate.Tx) error {
+		if _, err := tx.CommitStep(e.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: text(s)}}}); err != nil {
+			return err
+		}
+		_, err := tx.FinishTurn(e.ctx)
+		return err
+	})
+}
+
+func (e *env) send(id uuid.UUID, s string) {
+	e.do(id, func(tx *chatstate.Tx) error {
+		_, err := tx.SendMessage(e.ctx, chatstate.UserMessage(text(s)), chatstate.BusyQueue)
+		return err
+	})
+}
+
+// sseEvent is one SSE frame: an event (ID set) or a comment.
+type sseEvent struct {
+	ID      string
+	Data    map[string]any
+	Comment bool
+}
+
+// summary is "type:detail" for compact assertions.
+func (ev sseEvent) summary() string {
+	typ, _ := ev.Data["type"].(string)
+	switch typ {
+	case "message":
+		m := ev.Data["message"].(map[string]any)
+		part := m["content"].([]any)[0].(map[string]any)
+		return fmt.Sprintf("message:%s:%s", m["role"], part["text"])
+	case "status":
+		return "status:" + ev.Data["status"].(map[string]any)["status"].(string)
+	}
+	return typ
+}
+
+type sseConn struct {
+	events chan sseEvent
+	cancel context.CancelFunc
+}
+
+func (e *env) request(id uuid.UUID, token, lastEventID, cursor string, sse bool) *http.Request {
+	url := e.srv.URL + "/api/v2/chats/" + id.String() + "/stream"
+	if cursor != "" {
+		url += "?cursor=" + cursor
+	}
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(e.t, err)
+	if sse {
+		req.Header.Set("Accept", "text/event-stream")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if lastEventID != "" {
+		req.Header.Set("Last-Event-ID", lastEventID)
+	}
+	return req
+}
+
+func (e *env) connect(id uuid.UUID, lastEventID string) *sseConn {
+	return e.connectCursor(id, lastEventID, "")
+}
+
+// connectCursor opens an SSE stream resuming from lastEventID (header) or
+// cursor (query).
+func (e *env) connectCursor(id uuid.UUID, lastEventID, cursor string) *sseConn {
+	ctx, cancel := context.WithCancel(e.ctx)
+	req := e.request(id, e.token, lastEventID, cursor, true).WithContext(ctx)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	require.Equal(e.t, http.StatusOK, resp.StatusCode)
+	require.Equal(e.t, "text/event-stream", resp.Header.Get("Content-Type"))
+	c := &sseConn{events: make(chan sseEvent, 100), cancel: cancel}
+	e.t.Cleanup(cancel)
+	go func() {
+		defer resp.Body.Close()
+		defer close(c.events)
+		sc := bufio.NewScanner(resp.Body)
+		var cur sseEvent
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if cur.ID != "" || cur.Comment || cur.Data != nil {
+					c.events <- cur
+				}
+				cur = sseEvent{}
+			case strings.HasPrefix(line, ":"):
+				cur.Comment = true
+			case strings.HasPrefix(line, "id: "):
+				cur.ID = strings.TrimPrefix(line, "id: ")
+			case strings.HasPrefix(line, "data: "):
+				_ = json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &cur.Data)
+			}
+		}
+	}()
+	return c
+}
+
+// next returns the next n events, skipping heartbeats.
+func (c *sseConn) next(t *testing.T, n int) []sseEvent {
+	t.Helper()
+	var out []sseEvent
+	deadline := time.After(10 * time.Second)
+	for len(out) < n {
+		select {
+		case ev, ok := <-c.events:
+			require.True(t, ok, "stream ended after %d of %d events", len(out), n)
+			if ev.Comment {
+				require.Empty(t, ev.ID, "heartbeats carry no cursor")
+				continue
+			}
+			require.NotEmpty(t, ev.ID, "every event carries a cursor")
+			require.Equal(t, ev.ID, ev.Data["cursor"])
+			out = append(out, ev)
+		case <-deadline:
+			t.Fatalf("timed out after %d of %d events", len(out), n)
+		}
+	}
+	return out
+}
+
+// quiet requires no event (only heartbeats) for d, and at least one heartbeat.
+func (c *sseConn) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	beats := 0
+	deadline := time.After(d)
+	for {
+		select {
+		case ev, ok := <-c.events:
+			require.True(t, ok)
+			require.True(t, ev.Comment, "unexpected event %s", ev.summary())
+			beats++
+		case <-deadline:
+			require.Positive(t, beats, "no heartbeat in %s", d)
+			return
+		}
+	}
+}
+
+func summaries(evs []sseEvent) []string {
+	out := make([]string, len(evs))
+	for i, ev := range evs {
+		out[i] = ev.summary()
+	}
+	return out
+}
+
+func TestSSEEndToEndAndResume(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.create()
+
+	c := e.connect(id, "")
+	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"}, summaries(c.next(t, 3)))
+
+	e.reply(id, "hi!")
+	require.Equal(t, []string{"message:assistant:hi!", "status:waiting"}, summaries(c.next(t, 2)))
+	e.send(id, "again")
+	evs := c.next(t, 2)
+	require.Equal(t, []string{"message:user:again", "status:running"}, summaries(evs))
+	last := evs[1].ID
+	c.quiet(t, time.Second)
+	c.cancel()
+
+	// While the client is away the turn finishes.
+	e.reply(id, "bye")
+	c2 := e.connect(id, last)
+	require.Equal(t, []string{"message:assistant:bye", "status:waiting"}, summaries(c2.next(t, 2)))
+	c2.quiet(t, time.Second) // nothing duplicated, nothing else
+	c2.cancel()
+
+	// Resume with ?cursor= from the middle of the first connection's
+	// initial burst: the rest of the history, then the current status.
+	first := e.connect(id, "")
+	all := first.next(t, 6)
+	first.cancel()
+	require.Equal(t, []string{"message:system:sys", "message:user:hello", "message:assistant:hi!",
+		"message:user:again", "message:assistant:bye", "status:waiting"}, summaries(all))
+	c3 := e.connectCursor(id, "", all[1].ID)
+	require.Equal(t, summaries(all[2:]), summaries(c3.next(t, 4)))
+	c3.quiet(t, time.Second)
+	c3.cancel()
+	// The same through Last-Event-ID, from inside the burst's last Sync.
+	c4 := e.connect(id, all[4].ID)
+	require.Equal(t, []string{"status:waiting"}, summaries(c4.next(t, 1)))
+	c4.quiet(t, time.Second)
+}
+
+func TestRejections(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.create()
+	status := func(req *http.Request) int {
+		t.Helper()
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusUnauthorized, status(e.request(id, "", "", "", true)), "no token")
+	require.Equal(t, http.StatusUnauthorized, status(e.request(id, "not-a-jwt", "", "", true)), "bad token")
+	require.Equal(t, http.StatusNotFound, status(e.request(id, e.tokenFor(uuid.New()), "", "", true)), "another user's chat")
+	require.Equal(t, http.StatusNotFound, status(e.request(uuid.New(), e.token, "", "", true)), "no such chat")
+	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "garbage", "", true)), "malformed Last-Event-ID")
+	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "", "%21%21", true)), "malformed cursor")
+	neg := base64.RawURLEncoding.EncodeToString([]byte("c1.-1.0.0.0..0.0.0.0.0.0"))
+	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "", neg, true)), "negative cursor")
+	ahead := streamloop.Cursor{SnapshotVersion: 1 << 40}.Encode()
+	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "", ahead, true)), "ahead cursor")
+	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "", ahead, false)), "ahead cursor, WebSocket")
+}
+
+func TestWebSocket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.create()
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	url := "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/api/v2/chats/" + id.String() + "/stream"
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + e.token}}})
+	require.NoError(t, err)
+	defer ws.CloseNow() //nolint:errcheck
+	read := func() sseEvent {
+		_, data, err := ws.Read(ctx)
+		require.NoError(t, err)
+		var ev sseEvent
+		require.NoError(t, json.Unmarshal(data, &ev.Data))
+		ev.ID = ev.Data["cursor"].(string)
+		return ev
+	}
+	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"},
+		summaries([]sseEvent{read(), read(), read()}))
+	e.reply(id, "hi!")
+	a, b := read(), read()
+	require.Equal(t, []string{"message:assistant:hi!", "status:waiting"}, summaries([]sseEvent{a, b}))
+	ws.Close(websocket.StatusNormalClosure, "") //nolint:errcheck
+
+	// Resume with ?cursor=.
+	e.send(id, "again")
+	ws2, _, err := websocket.Dial(ctx, url+"?cursor="+b.ID, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + e.token}}})
+	require.NoError(t, err)
+	defer ws2.CloseNow() //nolint:errcheck
+	ws = ws2
+	require.Equal(t, []string{"message:user:again", "status:running"}, summaries([]sseEvent{read(), read()}))
+}
+
+// TestDroppedNotificationsConvergeViaPoller: no notification is ever
+// published; the replica-wide poller alone keeps the stream correct.
+func TestDroppedNotificationsConvergeViaPoller(t *testing.T) {
+	t.Parallel()
+	e := newEnvWith(t, false, &streamhttp.Poller{Interval: 200 * time.Millisecond})
+	id := e.create()
+	c := e.connect(id, "")
+	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"}, summaries(c.next(t, 3)))
+	e.reply(id, "hi!")
+	e.send(id, "again")
+	// A poll may fall between the transitions or not: either way the
+	// stream converges on the same history, each message once.
+	got := summaries(c.next(t, 2))
+	require.Equal(t, "message:assistant:hi!", got[0])
+	if got[1] == "status:waiting" {
+		got = append(got, summaries(c.next(t, 2))...)
+		require.Equal(t, []string{"message:assistant:hi!", "status:waiting", "message:user:again", "status:running"}, got)
+	} else {
+		// Status went running -> waiting -> running between two reads:
+		// the database's status equals the one sent, so no status event.
+		require.Equal(t, []string{"message:assistant:hi!", "message:user:again"}, got)
+	}
+	c.quiet(t, time.Second)
+}
+
+// TestPollerDelivers: one query serves every registered chat; each of a
+// chat's subscribers gets the latest row; a deregistered one gets nothing.
+func TestPollerDelivers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, b := e.create(), e.create()
+	p := &streamhttp.Poller{Pool: e.pool}
+	a1, a2, b1 := p.Register(a), p.Register(a), p.Register(b)
+	gone := p.Register(b)
+	p.Deregister(gone)
+	require.NoError(t, p.PollOnce(e.ctx))
+	e.reply(a, "hi!")
+	require.NoError(t, p.PollOnce(e.ctx)) // latest wins: a1 and a2 hold only this one
+	for _, s := range []*streamhttp.PollSub{a1, a2} {
+		h := <-s.C
+		require.Equal(t, "waiting", *h.Status)
+		require.Len(t, s.C, 0)
+	}
+	h := <-b1.C
+	require.Equal(t, "running", *h.Status)
+	require.Len(t, gone.C, 0)
+	p.Deregister(a1)
+	p.Deregister(a2)
+	p.Deregister(b1)
+	require.NoError(t, p.PollOnce(e.ctx))
+}

@@ -1,0 +1,516 @@
+// Package streamloop is the spec's stream loop ("Stream loop") for one client
+// connection: local state starting at the spec's null values, Sync(hints)
+// deciding whether to read the database, and the ordered application steps
+// that turn a newer database state into client events. It does no I/O to the
+// client; the caller writes the returned events.
+package streamloop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
+)
+
+// ErrChatNotFound is returned when the chat row does not exist.
+var ErrChatNotFound = errors.New("chat not found")
+
+// Hints are the optional fields of a Sync (a chat:update notification or a
+// sync-poller row). A nil field is absent. WorkerID is tri-state: Worker
+// false = absent; Worker true and WorkerID nil = "compare against a null
+// worker"; Worker true and WorkerID set = that worker.
+type Hints struct {
+	SnapshotVersion   *int64
+	HistoryVersion    *int64
+	QueueVersion      *int64
+	RetryStateVersion *int64
+	Status            *string
+	Worker            bool
+	WorkerID          *uuid.UUID
+	GenerationAttempt *int64
+}
+
+// HintsFromChat are the sync poller's hints: every field present.
+func HintsFromChat(c queries.Chat) Hints {
+	status := string(c.Status)
+	return Hints{
+		SnapshotVersion: &c.SnapshotVersion, HistoryVersion: &c.HistoryVersion,
+		QueueVersion: &c.QueueVersion, RetryStateVersion: &c.RetryStateVersion,
+		Status: &status, Worker: true, WorkerID: c.WorkerID, GenerationAttempt: &c.GenerationAttempt,
+	}
+}
+
+// State is the loop's local state (spec: "Local stream state"). The zero
+// value is the spec's null initial state.
+type State struct {
+	SnapshotVersion      int64
+	HistoryVersion       int64
+	QueueVersion         int64
+	RetryStateVersion    int64
+	Known                map[int64]int64 // message id -> latest revision sent
+	Status               string          // "" = unset
+	ErrorHistoryVersion  int64
+	ActionHistoryVersion int64
+	WorkerID             *uuid.UUID
+	GenerationAttempt    int64
+	PartSeq              int64
+	AttemptRetired       bool
+	// pending is a half-done message step inherited from a resume cursor.
+	pending *Cursor
+}
+
+// NeedsFetch is the spec's hint check (Sync steps 1 to 3).
+func (s *State) NeedsFetch(h Hints) bool {
+	if h.SnapshotVersion != nil && *h.SnapshotVersion <= s.SnapshotVersion {
+		return false
+	}
+	switch {
+	case h.HistoryVersion != nil && *h.HistoryVersion > s.HistoryVersion,
+		h.QueueVersion != nil && *h.QueueVersion > s.QueueVersion,
+		h.RetryStateVersion != nil && *h.RetryStateVersion > s.RetryStateVersion,
+		h.Status != nil && *h.Status != s.Status,
+		h.Worker && !sameWorker(h.WorkerID, s.WorkerID),
+		h.GenerationAttempt != nil && *h.GenerationAttempt != s.GenerationAttempt:
+		return true
+	}
+	return false
+}
+
+func sameWorker(a, b *uuid.UUID) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+// Episode is what the relay forwarder should stream: the worker's parts for
+// one (history_version, generation_attempt).
+type Episode struct {
+	WorkerID          *uuid.UUID
+	HistoryVersion    int64
+	GenerationAttempt int64
+}
+
+// Parts is the hook to the relay forwarder (live message_part events). Sync
+// configures it with the current episode (spec step 9). Forwarding parts into
+// the loop (the Part operation) is not implemented yet.
+type Parts interface {
+	Configure(ctx context.Context, ep Episode)
+}
+
+// NoParts is the Parts source used until the relay forwarder exists.
+type NoParts struct{}
+
+// Configure does nothing.
+func (NoParts) Configure(context.Context, Episode) {}
+
+// Loop is one connection's stream loop. It is not safe for concurrent use:
+// the caller runs one operation at a time, as the spec requires.
+type Loop struct {
+	pool   *pgxpool.Pool
+	chatID uuid.UUID
+	parts  Parts
+	st     State
+}
+
+// New returns a loop for chatID in the null state, or, with a resume cursor,
+// in the state the cursor records.
+func New(pool *pgxpool.Pool, chatID uuid.UUID, parts Parts, resume *Cursor) *Loop {
+	if parts == nil {
+		parts = NoParts{}
+	}
+	l := &Loop{pool: pool, chatID: chatID, parts: parts}
+	l.st.Known = map[int64]int64{}
+	if c := resume; c != nil {
+		l.st.SnapshotVersion = c.SnapshotVersion
+		l.st.HistoryVersion = c.HistoryVersion
+		l.st.QueueVersion = c.QueueVersion
+		l.st.RetryStateVersion = c.RetryStateVersion
+		l.st.Status = c.Status
+		l.st.ErrorHistoryVersion = c.ErrorHistoryVersion
+		l.st.ActionHistoryVersion = c.ActionHistoryVersion
+		l.st.GenerationAttempt = c.GenerationAttempt
+		if c.PendingHistory != 0 {
+			p := *c
+			l.st.pending = &p
+		}
+	}
+	return l
+}
+
+// State returns a copy of the local state (Known is shared; do not modify).
+func (l *Loop) State() State { return l.st }
+
+// Bootstrap is the endpoint's initial fetch: it skips the hint check.
+func (l *Loop) Bootstrap(ctx context.Context) ([]Event, error) { return l.sync(ctx, nil) }
+
+// Sync is the spec's Sync(hints): a no-op unless the hints say local state
+// may be stale; otherwise one read-only transaction and the ordered steps.
+func (l *Loop) Sync(ctx context.Context, h Hints) ([]Event, error) { return l.sync(ctx, &h) }
+
+// dbState is everything one Sync reads, in one transaction.
+type dbState struct {
+	chat      queries.Chat
+	changed   []msgRow // revision > local history_version, all rows, id order
+	refresh   []msgRow // non-nil: full refresh (visible rows)
+	queue     []queries.ChatQueuedMessage
+	toolCalls []ToolCall
+}
+
+type msgRow struct {
+	ID              int64
+	Role            string
+	Content         json.RawMessage
+	Visibility      string
+	Deleted         bool
+	QueuedMessageID *int64
+	Revision        int64
+	Usage           json.RawMessage
+	CreatedAt       pgTime
+}
+
+func (l *Loop) sync(ctx context.Context, h *Hints) ([]Event, error) {
+	if h != nil && !l.st.NeedsFetch(*h) {
+		return nil, nil
+	}
+	db, err := l.read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if h != nil && db.chat.SnapshotVersion <= l.st.SnapshotVersion {
+		return nil, nil
+	}
+	if h == nil && l.st.SnapshotVersion > 0 && db.chat.SnapshotVersion <= l.st.SnapshotVersion {
+		// Resumed at the current state: nothing unseen. Adopt the fields a
+		// cursor does not carry.
+		l.st.WorkerID = db.chat.WorkerID
+		return nil, nil
+	}
+	return l.apply(ctx, db)
+}
+
+const changedMessagesSQL = `SELECT id, role::text, content, visibility::text, deleted, queued_message_id, revision, usage, created_at
+FROM chat_messages WHERE chat_id = $1 AND revision > $2 ORDER BY id`
+
+const visibleMessagesSQL = `SELECT id, role::text, content, visibility::text, deleted, queued_message_id, revision, usage, created_at
+FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id`
+
+func scanMessages(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]msgRow, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (msgRow, error) {
+		var m msgRow
+		err := r.Scan(&m.ID, &m.Role, &m.Content, &m.Visibility, &m.Deleted, &m.QueuedMessageID,
+			&m.Revision, &m.Usage, &m.CreatedAt.Time)
+		return m, err
+	})
+}
+
+// read does every database read of one Sync in one REPEATABLE READ, READ
+// ONLY transaction, so all of them see one snapshot.
+func (l *Loop) read(ctx context.Context) (dbState, error) {
+	var out dbState
+	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return out, fmt.Errorf("begin stream sync of chat %s: %w", l.chatID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
+	q := queries.New(tx)
+	out.chat, err = q.ChatGet(ctx, l.chatID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return out, ErrChatNotFound
+	}
+	if err != nil {
+		return out, fmt.Errorf("read chat %s: %w", l.chatID, err)
+	}
+	c := out.chat
+	if c.HistoryVersion > l.st.HistoryVersion {
+		out.changed, err = scanMessages(ctx, tx, changedMessagesSQL, l.chatID, l.st.HistoryVersion)
+		if err != nil {
+			return out, fmt.Errorf("read changed messages of chat %s: %w", l.chatID, err)
+		}
+		needRefresh := false
+		for _, m := range out.changed {
+			needRefresh = needRefresh || m.Deleted
+		}
+		if p := l.st.pending; p != nil && p.Reset {
+			needRefresh = true // resume inside a full refresh: finish (or redo) it
+		}
+		if needRefresh {
+			out.refresh, err = scanMessages(ctx, tx, visibleMessagesSQL, l.chatID)
+			if err != nil {
+				return out, fmt.Errorf("read history of chat %s: %w", l.chatID, err)
+			}
+			if out.refresh == nil {
+				out.refresh = []msgRow{}
+			}
+		}
+	}
+	if c.QueueVersion > l.st.QueueVersion {
+		out.queue, err = q.ChatQueuedMessageList(ctx, l.chatID)
+		if err != nil {
+			return out, fmt.Errorf("read queue of chat %s: %w", l.chatID, err)
+		}
+	}
+	if c.Status == queries.ChatStatusRequiresAction && c.HistoryVersion > l.st.ActionHistoryVersion {
+		out.toolCalls, err = pendingDynamicCalls(ctx, q, c)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// pendingDynamicCalls lists the open calls of the chat's dynamic tools with
+// their arguments.
+func pendingDynamicCalls(ctx context.Context, q *queries.Queries, c queries.Chat) ([]ToolCall, error) {
+	open, err := q.ChatMessageOpenToolCalls(ctx, c.ID)
+	if err != nil {
+		return nil, fmt.Errorf("read open tool calls of chat %s: %w", c.ID, err)
+	}
+	names, err := chatstate.DynamicToolNames(c.DynamicTools)
+	if err != nil {
+		return nil, err
+	}
+	args := map[int64]map[string]json.RawMessage{}
+	out := []ToolCall{}
+	for _, o := range open {
+		if !names[o.ToolName] {
+			continue
+		}
+		if _, ok := args[o.MessageID]; !ok {
+			m, err := q.ChatMessageGet(ctx, queries.ChatMessageGetParams{ChatID: c.ID, ID: o.MessageID})
+			if err != nil {
+				return nil, fmt.Errorf("read message %d of chat %s: %w", o.MessageID, c.ID, err)
+			}
+			content, err := chatmsg.ParseContent(m.Content)
+			if err != nil {
+				return nil, err
+			}
+			a := map[string]json.RawMessage{}
+			for _, p := range content {
+				if p.Type == chatmsg.PartToolCall {
+					a[p.ToolCallID] = p.Args
+				}
+			}
+			args[o.MessageID] = a
+		}
+		out = append(out, ToolCall{ToolCallID: o.ToolCallID, ToolName: o.ToolName, Args: nonNullJSON(args[o.MessageID][o.ToolCallID])})
+	}
+	return out, nil
+}
+
+func nonNullJSON(r json.RawMessage) json.RawMessage {
+	if len(r) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	return r
+}
+
+// apply is the spec's "Applying the database result", steps 1 to 10. It is
+// all or nothing: on error the local state is as before, so the Sync can be
+// retried.
+func (l *Loop) apply(ctx context.Context, db dbState) (evs []Event, err error) {
+	saved := l.st // Known is only replaced or written at the very end
+	defer func() {
+		if err != nil {
+			l.st = saved
+		}
+	}()
+	c := db.chat
+	st := &l.st
+	var known knownUpdate
+	em := emitter{chatID: l.chatID, st: st, startHistory: st.HistoryVersion}
+	status := string(c.Status)
+
+	// 1. Message synchronization.
+	if c.HistoryVersion > st.HistoryVersion {
+		if known, err = l.syncMessages(&em, db); err != nil {
+			return nil, err
+		}
+		st.HistoryVersion = c.HistoryVersion
+	}
+	st.pending = nil
+	// 2. Queue synchronization.
+	if c.QueueVersion > st.QueueVersion {
+		qs, err := encodeQueue(db.queue)
+		if err != nil {
+			return nil, err
+		}
+		st.QueueVersion = c.QueueVersion
+		em.emit(TypeQueueUpdate, QueuePayload{QueuedMessages: qs})
+	}
+	// 3. Status synchronization.
+	if status != st.Status {
+		st.Status = status
+		em.emit(TypeStatus, StatusPayload{Status: status})
+	}
+	// 4. Error synchronization.
+	if c.Status == queries.ChatStatusError && c.HistoryVersion > st.ErrorHistoryVersion {
+		st.ErrorHistoryVersion = c.HistoryVersion
+		em.emit(TypeError, errorPayload(c))
+	}
+	// 5. Action-required synchronization.
+	if c.Status == queries.ChatStatusRequiresAction && c.HistoryVersion > st.ActionHistoryVersion {
+		st.ActionHistoryVersion = c.HistoryVersion
+		em.emit(TypeActionRequired, ActionRequiredPayload{ToolCalls: db.toolCalls})
+	}
+	// 6. Retry-state synchronization.
+	retryAdvanced := c.RetryStateVersion > st.RetryStateVersion
+	if retryAdvanced {
+		st.RetryStateVersion = c.RetryStateVersion
+		if len(c.RetryState) > 0 && string(c.RetryState) != "null" && c.Status == queries.ChatStatusRunning {
+			em.emit(TypeRetry, json.RawMessage(c.RetryState))
+		}
+	}
+	// 7. attempt_retired. (history_version was saved by step 1; compare
+	// against the value the Sync started from.)
+	episodeChanged := em.startHistory != c.HistoryVersion || c.GenerationAttempt != st.GenerationAttempt
+	if episodeChanged {
+		st.AttemptRetired = false
+	}
+	hasRetry := len(c.RetryState) > 0 && string(c.RetryState) != "null"
+	if hasRetry || c.Status == queries.ChatStatusError || (retryAdvanced && !episodeChanged) {
+		st.AttemptRetired = true
+	}
+	// 8. Preview reset. preview_reset is not emitted to clients yet (live
+	// parts are not forwarded); the part watermark is still reset.
+	if em.startHistory != c.HistoryVersion || (c.GenerationAttempt != st.GenerationAttempt && c.GenerationAttempt != 0) {
+		st.PartSeq = 0
+	}
+	// 9. Relay target.
+	if c.GenerationAttempt > 0 {
+		l.parts.Configure(ctx, Episode{WorkerID: c.WorkerID, HistoryVersion: c.HistoryVersion, GenerationAttempt: c.GenerationAttempt})
+	}
+	// 10. Save versions.
+	st.SnapshotVersion = c.SnapshotVersion
+	st.HistoryVersion = c.HistoryVersion
+	st.QueueVersion = c.QueueVersion
+	st.RetryStateVersion = c.RetryStateVersion
+	st.Status = status
+	st.WorkerID = c.WorkerID
+	st.GenerationAttempt = c.GenerationAttempt
+	if known.replace != nil {
+		st.Known = known.replace
+	}
+	for _, u := range known.set {
+		st.Known[u[0]] = u[1]
+	}
+	em.finish()
+	return em.events, nil
+}
+
+// knownUpdate is the change message sync makes to the known-message map,
+// applied once the whole Sync succeeded.
+type knownUpdate struct {
+	replace map[int64]int64
+	set     [][2]int64
+}
+
+// syncMessages is the spec's message synchronization.
+func (l *Loop) syncMessages(em *emitter, db dbState) (knownUpdate, error) {
+	var ku knownUpdate
+	st := &l.st
+	target := db.chat.HistoryVersion
+	p := st.pending
+	if db.refresh != nil {
+		// Full refresh. A resume inside a refresh to the same target continues
+		// after the last message sent; anything else starts it over.
+		cont := p != nil && p.Reset && p.PendingHistory == target
+		var after int64
+		if cont {
+			after = p.LastMessageID
+		} else {
+			em.progress(target, 0, true)
+			em.emit(TypeHistoryReset, struct{}{})
+		}
+		known := make(map[int64]int64, len(db.refresh))
+		for _, m := range db.refresh {
+			known[m.ID] = m.Revision
+			if m.ID <= after {
+				continue
+			}
+			msg, err := encodeMessage(l.chatID, m)
+			if err != nil {
+				return ku, err
+			}
+			em.progress(target, m.ID, true)
+			em.emit(TypeMessage, msg)
+		}
+		ku.replace = known
+		return ku, nil
+	}
+	for _, m := range db.changed {
+		if m.Visibility == string(queries.ChatMessageVisibilityModel) {
+			continue
+		}
+		if rev, ok := st.Known[m.ID]; ok && m.Revision <= rev {
+			continue
+		}
+		// Resumed inside this step: the client already has the rows of the
+		// half-done step up to LastMessageID.
+		if p != nil && !p.Reset && m.Revision <= p.PendingHistory && m.ID <= p.LastMessageID {
+			ku.set = append(ku.set, [2]int64{m.ID, m.Revision})
+			continue
+		}
+		msg, err := encodeMessage(l.chatID, m)
+		if err != nil {
+			return ku, err
+		}
+		ku.set = append(ku.set, [2]int64{m.ID, m.Revision})
+		em.progress(target, m.ID, false)
+		em.emit(TypeMessage, msg)
+	}
+	return ku, nil
+}
+
+// emitter collects a Sync's events, stamping each with the cursor of the
+// local state right after it.
+type emitter struct {
+	chatID       uuid.UUID
+	st           *State
+	events       []Event
+	startHistory int64
+	pending      *Cursor
+}
+
+// progress records the position inside a message step.
+func (e *emitter) progress(target, lastID int64, reset bool) {
+	e.pending = &Cursor{PendingHistory: target, LastMessageID: lastID, Reset: reset}
+}
+
+func (e *emitter) cursor() Cursor {
+	st := e.st
+	c := Cursor{
+		SnapshotVersion: st.SnapshotVersion, HistoryVersion: st.HistoryVersion, QueueVersion: st.QueueVersion,
+		RetryStateVersion: st.RetryStateVersion, Status: st.Status, ErrorHistoryVersion: st.ErrorHistoryVersion,
+		ActionHistoryVersion: st.ActionHistoryVersion, GenerationAttempt: st.GenerationAttempt,
+	}
+	if e.pending != nil && e.pending.PendingHistory > st.HistoryVersion {
+		c.PendingHistory, c.LastMessageID, c.Reset = e.pending.PendingHistory, e.pending.LastMessageID, e.pending.Reset
+	}
+	return c
+}
+
+func (e *emitter) emit(typ string, payload any) {
+	e.events = append(e.events, Event{Type: typ, ChatID: e.chatID, Payload: payload, Cursor: e.cursor()})
+}
+
+// finish stamps the last event with the state after step 10, so a client
+// holding it resumes with no Sync left half done.
+func (e *emitter) finish() {
+	if n := len(e.events); n > 0 {
+		e.pending = nil
+		e.events[n-1].Cursor = e.cursor()
+	}
+}
