@@ -726,9 +726,14 @@ type EditMessageRequest struct {
 	ChatId    string                 `protobuf:"bytes,1,opt,name=chat_id,json=chatId,proto3" json:"chat_id,omitempty"`
 	MessageId int64                  `protobuf:"varint,2,opt,name=message_id,json=messageId,proto3" json:"message_id,omitempty"`
 	// The replacement content.
-	Content       []*MessagePart `protobuf:"bytes,3,rep,name=content,proto3" json:"content,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Content []*MessagePart `protobuf:"bytes,3,rep,name=content,proto3" json:"content,omitempty"`
+	// The model config for the replacement turn; unset keeps the chat's.
+	ModelConfigId *string `protobuf:"bytes,4,opt,name=model_config_id,json=modelConfigId,proto3,oneof" json:"model_config_id,omitempty"`
+	// The reasoning effort for the replacement turn (none, minimal, low,
+	// medium, high, xhigh, max); unset keeps the chat's.
+	ReasoningEffort *string `protobuf:"bytes,5,opt,name=reasoning_effort,json=reasoningEffort,proto3,oneof" json:"reasoning_effort,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *EditMessageRequest) Reset() {
@@ -780,6 +785,20 @@ func (x *EditMessageRequest) GetContent() []*MessagePart {
 		return x.Content
 	}
 	return nil
+}
+
+func (x *EditMessageRequest) GetModelConfigId() string {
+	if x != nil && x.ModelConfigId != nil {
+		return *x.ModelConfigId
+	}
+	return ""
+}
+
+func (x *EditMessageRequest) GetReasoningEffort() string {
+	if x != nil && x.ReasoningEffort != nil {
+		return *x.ReasoningEffort
+	}
+	return ""
 }
 
 type EditMessageResponse struct {
@@ -2543,12 +2562,16 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\x06queued\x18\x01 \x01(\bR\x06queued\x12+\n" +
 	"\amessage\x18\x02 \x01(\v2\x11.chatd.v1.MessageR\amessage\x12-\n" +
 	"\bmessages\x18\x03 \x03(\v2\x11.chatd.v1.MessageR\bmessages\x12>\n" +
-	"\x0equeued_message\x18\x04 \x01(\v2\x17.chatd.v1.QueuedMessageR\rqueuedMessage\"}\n" +
+	"\x0equeued_message\x18\x04 \x01(\v2\x17.chatd.v1.QueuedMessageR\rqueuedMessage\"\x83\x02\n" +
 	"\x12EditMessageRequest\x12\x17\n" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\x12\x1d\n" +
 	"\n" +
 	"message_id\x18\x02 \x01(\x03R\tmessageId\x12/\n" +
-	"\acontent\x18\x03 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\"D\n" +
+	"\acontent\x18\x03 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\x12+\n" +
+	"\x0fmodel_config_id\x18\x04 \x01(\tH\x00R\rmodelConfigId\x88\x01\x01\x12.\n" +
+	"\x10reasoning_effort\x18\x05 \x01(\tH\x01R\x0freasoningEffort\x88\x01\x01B\x12\n" +
+	"\x10_model_config_idB\x13\n" +
+	"\x11_reasoning_effort\"D\n" +
 	"\x13EditMessageResponse\x12-\n" +
 	"\bmessages\x18\x01 \x03(\v2\x11.chatd.v1.MessageR\bmessages\"a\n" +
 	"\x1aDeleteQueuedMessageRequest\x12\x17\n" +
@@ -2870,6 +2893,7 @@ func file_chatd_v1_chat_service_proto_init() {
 	file_chatd_v1_chat_service_proto_msgTypes[4].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[6].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[10].OneofWrappers = []any{}
+	file_chatd_v1_chat_service_proto_msgTypes[12].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[32].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[34].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[40].OneofWrappers = []any{}

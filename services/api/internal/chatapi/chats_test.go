@@ -2,6 +2,7 @@ package chatapi_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -208,4 +209,30 @@ func TestNATSOutageNeverFailsRequests(t *testing.T) {
 	r := a.call("POST", "/api/v2/chats/"+id.String()+"/messages", a.user.token, map[string]any{"content": textContent("again")})
 	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
 	require.Equal(t, chatstate.R1, a.snapshot(id).State())
+}
+
+// TestEditCarriesModelAndEffort: an edit may choose the replacement turn's
+// model config and reasoning effort; bad values are refused with nothing
+// changed.
+func TestEditCarriesModelAndEffort(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t)
+	id := a.reach(chatstate.W, false)
+	path := fmt.Sprintf("/api/v2/chats/%s/messages/%d", id, firstUserMessage(a, id))
+	before := a.snapshot(id)
+
+	r := a.call("PATCH", path, a.user.token, map[string]any{"content": textContent("again"), "reasoning_effort": "extreme"})
+	require.Equal(t, http.StatusBadRequest, r.code, "%s", r.raw)
+	r = a.call("PATCH", path, a.user.token, map[string]any{"content": textContent("again"), "model_config_id": uuid.NewString()})
+	require.Equal(t, http.StatusBadRequest, r.code, "%s", r.raw)
+	require.Equal(t, before.Chat.SnapshotVersion, a.snapshot(id).Chat.SnapshotVersion)
+
+	r = a.call("PATCH", path, a.user.token, map[string]any{"content": textContent("again"), "reasoning_effort": "high"})
+	require.Equal(t, http.StatusOK, r.code, "%s", r.raw)
+	msgs := r.body["messages"].([]any)
+	require.Equal(t, "high", msgs[len(msgs)-1].(map[string]any)["reasoning_effort"])
+	after := a.snapshot(id)
+	require.Equal(t, chatstate.R0, after.State())
+	require.NotNil(t, after.Chat.LastReasoningEffort)
+	require.Equal(t, "high", *after.Chat.LastReasoningEffort)
 }

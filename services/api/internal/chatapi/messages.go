@@ -177,11 +177,20 @@ func (s *Server) EditMessage(ctx context.Context, req *chatdv1.EditMessageReques
 	if req.GetMessageId() <= 0 {
 		return nil, invalid("message_id must be a positive message ID")
 	}
+	effort, err := reasoningEffort(req.ReasoningEffort)
+	if err != nil {
+		return nil, err
+	}
+	modelID, err := s.requestedModel(ctx, c, req.ModelConfigId)
+	if err != nil {
+		return nil, err
+	}
 	var rows []queries.ChatMessage
 	_, err = s.update(ctx, c, req.GetChatId(), func(tx *chatstate.Tx) error {
 		var err error
 		rows, err = tx.EditMessage(ctx, req.GetMessageId(), chatstate.NewMessage{
 			Role: chatstate.RoleUser, Content: content, CreatedBy: &c.UserID,
+			ModelConfigID: modelID, ReasoningEffort: effort,
 		}, nil)
 		return err
 	})
