@@ -7,13 +7,16 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/services/stream/internal/relayfwd"
 	"github.com/chatd/chatd/services/stream/internal/streamhttp"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
 // name is the service's short name: its health service is "chatd.v1.stream".
@@ -87,15 +90,16 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 	defer nc.Close()
 	poller := &streamhttp.Poller{Pool: pool, Log: log}
 	go poller.Run(ctx)
-	srv := &streamhttp.Server{Pool: pool, NATS: nc, Verifier: verifier, Log: log, Poller: poller, Done: ctx.Done()}
+	relay := relayfwd.NewClient(cfg.RelayAddr)
+	defer relay.Close() //nolint:errcheck // shutting down
+	srv := &streamhttp.Server{Pool: pool, NATS: nc, Verifier: verifier, Log: log, Poller: poller, Done: ctx.Done(),
+		Parts: func(chatID uuid.UUID) streamloop.Parts { return relay.New(chatID) }}
 	return service.Run(ctx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,
 		HTTPAddr:        cfg.HTTPAddr,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log.With("relay_addr", cfg.RelayAddr),
-		// The relay forwarder (CHATD_RELAY_ADDR) arrives with a later part
-		// of issue 5; until then no live message_part events are sent.
 		Register: func(_ *grpc.Server, mux *http.ServeMux) error {
 			srv.Register(mux)
 			return nil

@@ -50,9 +50,11 @@ type Server struct {
 	// Poll is the per-connection poll interval used without a Poller.
 	// Default DefaultPoll.
 	Poll time.Duration
-	// Parts returns the live-part source of a new connection; nil means
-	// streamloop.NoParts.
-	Parts func() streamloop.Parts
+	// Parts returns the live-part source of a new connection to chatID; nil
+	// means streamloop.NoParts. A source that also implements PartFeed (the
+	// relay forwarder) has its parts applied with the loop's Part operation
+	// and is closed when the connection ends.
+	Parts func(chatID uuid.UUID) streamloop.Parts
 	// Done, when set, ends every stream when closed (service shutdown).
 	Done <-chan struct{}
 }
@@ -154,11 +156,22 @@ func acceptsSSE(r *http.Request) bool {
 	return false
 }
 
+// PartFeed is a Parts source that delivers live parts (the relay
+// forwarder).
+type PartFeed interface {
+	streamloop.Parts
+	// C delivers parts for the loop's Part operation.
+	C() <-chan streamloop.LivePart
+	// Close stops the feed.
+	Close()
+}
+
 // conn is one connection's loop and its inputs.
 type conn struct {
 	s        *Server
 	chatID   uuid.UUID
 	loop     *streamloop.Loop
+	feed     PartFeed // nil without live parts
 	hints    chan streamloop.Hints
 	overflow atomic.Bool
 }
@@ -166,10 +179,12 @@ type conn struct {
 func newConn(s *Server, chatID uuid.UUID, resume *streamloop.Cursor) *conn {
 	var parts streamloop.Parts = streamloop.NoParts{}
 	if s.Parts != nil {
-		parts = s.Parts()
+		parts = s.Parts(chatID)
 	}
-	return &conn{s: s, chatID: chatID, loop: streamloop.New(s.Pool, chatID, parts, resume),
+	c := &conn{s: s, chatID: chatID, loop: streamloop.New(s.Pool, chatID, parts, resume),
 		hints: make(chan streamloop.Hints, 64)}
+	c.feed, _ = parts.(PartFeed)
+	return c
 }
 
 // notified turns a chat:update notification into Sync hints. It never
@@ -206,6 +221,11 @@ func HintsFromNotification(n *chatdv1.ChatUpdateNotification) streamloop.Hints {
 func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, beat func() error) {
 	log := c.s.log().With("chat_id", c.chatID)
 	hb := interval(c.s.Heartbeat, DefaultHeartbeat)
+	var partC <-chan streamloop.LivePart
+	if c.feed != nil {
+		defer c.feed.Close()
+		partC = c.feed.C()
+	}
 	// Without a replica-wide poller, a per-connection ticker is the safety
 	// net; with one, its hints arrive on polled.
 	var pollC <-chan time.Time
@@ -251,6 +271,8 @@ func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, bea
 			} else {
 				evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Sync(ctx, h) })
 			}
+		case p := <-partC:
+			evs, err = c.loop.Part(p)
 		case h := <-polled:
 			evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Sync(ctx, h) })
 		case <-pollC:

@@ -34,10 +34,21 @@ type Cursor struct {
 	PendingHistory       int64
 	LastMessageID        int64
 	Reset                bool
+	// PartSeq is the last message_part seq of the episode
+	// (HistoryVersion, GenerationAttempt) the client received, and
+	// AttemptRetired whether that attempt's remaining parts are dropped. A
+	// resume asks the relay only for later parts.
+	PartSeq        int64
+	AttemptRetired bool
 }
 
-// cursorVersion prefixes every encoded cursor so the format can change.
-const cursorVersion = "c1"
+// cursorVersion prefixes every encoded cursor so the format can change. c2
+// is c1 plus PartSeq and AttemptRetired; c1 cursors are still accepted (as
+// PartSeq 0, not retired).
+const (
+	cursorVersion   = "c2"
+	cursorVersionV1 = "c1"
+)
 
 // ErrBadCursor is returned for a cursor that does not decode or that names a
 // state the chat has not reached.
@@ -50,10 +61,14 @@ func (c Cursor) Encode() string {
 	if c.Reset {
 		reset = 1
 	}
-	raw := fmt.Sprintf("%s.%d.%d.%d.%d.%s.%d.%d.%d.%d.%d.%d", cursorVersion,
+	retired := 0
+	if c.AttemptRetired {
+		retired = 1
+	}
+	raw := fmt.Sprintf("%s.%d.%d.%d.%d.%s.%d.%d.%d.%d.%d.%d.%d.%d", cursorVersion,
 		c.SnapshotVersion, c.HistoryVersion, c.QueueVersion, c.RetryStateVersion, c.Status,
 		c.ErrorHistoryVersion, c.ActionHistoryVersion, c.GenerationAttempt,
-		c.PendingHistory, c.LastMessageID, reset)
+		c.PendingHistory, c.LastMessageID, reset, c.PartSeq, retired)
 	return base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
 
@@ -71,10 +86,10 @@ func DecodeCursor(s string) (Cursor, error) {
 		return Cursor{}, fmt.Errorf("%w: not a cursor", ErrBadCursor)
 	}
 	f := strings.Split(string(raw), ".")
-	if len(f) != 12 || f[0] != cursorVersion {
+	if !(len(f) == 12 && f[0] == cursorVersionV1 || len(f) == 14 && f[0] == cursorVersion) {
 		return Cursor{}, fmt.Errorf("%w: not a cursor", ErrBadCursor)
 	}
-	var n [11]int64
+	var n [13]int64
 	for i, v := range f[1:] {
 		if i == 4 { // status
 			continue
@@ -88,16 +103,18 @@ func DecodeCursor(s string) (Cursor, error) {
 		}
 		n[i] = x
 	}
-	if !validStatus[f[5]] || n[10] > 1 {
+	if !validStatus[f[5]] || n[10] > 1 || n[12] > 1 {
 		return Cursor{}, fmt.Errorf("%w: not a cursor", ErrBadCursor)
 	}
 	c := Cursor{
 		SnapshotVersion: n[0], HistoryVersion: n[1], QueueVersion: n[2], RetryStateVersion: n[3],
 		Status: f[5], ErrorHistoryVersion: n[5], ActionHistoryVersion: n[6], GenerationAttempt: n[7],
 		PendingHistory: n[8], LastMessageID: n[9], Reset: n[10] == 1,
+		PartSeq: n[11], AttemptRetired: n[12] == 1,
 	}
 	if c.PendingHistory != 0 && c.PendingHistory <= c.HistoryVersion ||
-		c.PendingHistory == 0 && (c.LastMessageID != 0 || c.Reset) {
+		c.PendingHistory == 0 && (c.LastMessageID != 0 || c.Reset) ||
+		c.PartSeq != 0 && c.GenerationAttempt == 0 {
 		return Cursor{}, fmt.Errorf("%w: inconsistent cursor", ErrBadCursor)
 	}
 	return c, nil

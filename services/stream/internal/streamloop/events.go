@@ -11,9 +11,10 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 )
 
-// Event types (DESIGN.md "REST facade"). message_part, preview_reset and
-// attempt_retired are not emitted yet.
+// Event types (DESIGN.md "REST facade").
 const (
+	TypeMessagePart    = "message_part"
+	TypePreviewReset   = "preview_reset"
 	TypeMessage        = "message"
 	TypeStatus         = "status"
 	TypeError          = "error"
@@ -46,6 +47,15 @@ func (e Event) MarshalJSON() ([]byte, error) {
 		e.Type:    json.RawMessage(payload),
 		"cursor":  e.Cursor.Encode(),
 	})
+}
+
+// MessagePart is the message_part payload: one live part of an episode.
+type MessagePart struct {
+	Role              string          `json:"role"`
+	Part              json.RawMessage `json:"part"`
+	HistoryVersion    int64           `json:"history_version"`
+	GenerationAttempt int64           `json:"generation_attempt"`
+	Seq               int64           `json:"seq"`
 }
 
 // pgTime wraps time.Time for scanning.

@@ -92,6 +92,7 @@ type view struct {
 	Errors   int
 	Actions  int
 	Resets   int
+	Preview  []string // message_part JSON since the last preview_reset
 }
 
 func partText(ps []streamloop.Part) string {
@@ -135,6 +136,10 @@ func (v *view) apply(t *testing.T, evs []streamloop.Event) {
 		case streamloop.TypeActionRequired:
 			v.Actions++
 		case streamloop.TypeRetry:
+		case streamloop.TypePreviewReset:
+			v.Preview = nil
+		case streamloop.TypeMessagePart:
+			v.Preview = append(v.Preview, string(e.Payload.(streamloop.MessagePart).Part))
 		default:
 			t.Fatalf("unexpected event type %q", e.Type)
 		}
@@ -146,7 +151,19 @@ func idPrefix(id int64) string {
 	return string(b) + "|"
 }
 
+// types lists the event types, leaving out preview_reset (allTypes keeps
+// it).
 func types(evs []streamloop.Event) []string {
+	out := []string{}
+	for _, e := range evs {
+		if e.Type != streamloop.TypePreviewReset {
+			out = append(out, e.Type)
+		}
+	}
+	return out
+}
+
+func allTypes(evs []streamloop.Event) []string {
 	out := make([]string, len(evs))
 	for i, e := range evs {
 		out[i] = e.Type

@@ -97,11 +97,36 @@ type Episode struct {
 	WorkerID          *uuid.UUID
 	HistoryVersion    int64
 	GenerationAttempt int64
+	// AfterSeq is the last part seq of this episode the client already has
+	// (the loop's part watermark): the relay delivers only later parts.
+	AfterSeq int64
 }
 
+// Same reports whether e and o select the same worker and episode (AfterSeq
+// aside).
+func (e Episode) Same(o Episode) bool {
+	return sameWorker(e.WorkerID, o.WorkerID) && e.HistoryVersion == o.HistoryVersion &&
+		e.GenerationAttempt == o.GenerationAttempt
+}
+
+// LivePart is one streaming message part handed to the loop's Part
+// operation by the relay forwarder.
+type LivePart struct {
+	HistoryVersion    int64
+	GenerationAttempt int64
+	Seq               int64
+	Role              string
+	// Data is the part as the worker buffered it (JSON text).
+	Data string
+}
+
+// ErrPartGap is the invariant violation of a part of the current episode
+// whose seq is not the next one: the relay must deliver contiguously.
+var ErrPartGap = errors.New("message part sequence gap")
+
 // Parts is the hook to the relay forwarder (live message_part events). Sync
-// configures it with the current episode (spec step 9). Forwarding parts into
-// the loop (the Part operation) is not implemented yet.
+// configures it with the current episode (spec step 9); the forwarder feeds
+// the parts it receives to the loop's Part operation through its owner.
 type Parts interface {
 	Configure(ctx context.Context, ep Episode)
 }
@@ -138,6 +163,8 @@ func New(pool *pgxpool.Pool, chatID uuid.UUID, parts Parts, resume *Cursor) *Loo
 		l.st.ErrorHistoryVersion = c.ErrorHistoryVersion
 		l.st.ActionHistoryVersion = c.ActionHistoryVersion
 		l.st.GenerationAttempt = c.GenerationAttempt
+		l.st.PartSeq = c.PartSeq
+		l.st.AttemptRetired = c.AttemptRetired
 		if c.PendingHistory != 0 {
 			p := *c
 			l.st.pending = &p
@@ -192,6 +219,7 @@ func (l *Loop) sync(ctx context.Context, h *Hints) ([]Event, error) {
 		// Resumed at the current state: nothing unseen. Adopt the fields a
 		// cursor does not carry.
 		l.st.WorkerID = db.chat.WorkerID
+		l.configure(ctx, db.chat)
 		return nil, nil
 	}
 	return l.apply(ctx, db)
@@ -383,15 +411,13 @@ func (l *Loop) apply(ctx context.Context, db dbState) (evs []Event, err error) {
 	if hasRetry || c.Status == queries.ChatStatusError || (retryAdvanced && !episodeChanged) {
 		st.AttemptRetired = true
 	}
-	// 8. Preview reset. preview_reset is not emitted to clients yet (live
-	// parts are not forwarded); the part watermark is still reset.
+	// 8. Preview reset.
 	if em.startHistory != c.HistoryVersion || (c.GenerationAttempt != st.GenerationAttempt && c.GenerationAttempt != 0) {
 		st.PartSeq = 0
+		em.emit(TypePreviewReset, struct{}{})
 	}
 	// 9. Relay target.
-	if c.GenerationAttempt > 0 {
-		l.parts.Configure(ctx, Episode{WorkerID: c.WorkerID, HistoryVersion: c.HistoryVersion, GenerationAttempt: c.GenerationAttempt})
-	}
+	l.configure(ctx, c)
 	// 10. Save versions.
 	st.SnapshotVersion = c.SnapshotVersion
 	st.HistoryVersion = c.HistoryVersion
@@ -407,6 +433,42 @@ func (l *Loop) apply(ctx context.Context, db dbState) (evs []Event, err error) {
 		st.Known[u[0]] = u[1]
 	}
 	em.finish()
+	return em.events, nil
+}
+
+// configure is step 9: point the relay forwarder at the chat's episode,
+// after the part watermark the client already has.
+func (l *Loop) configure(ctx context.Context, c queries.Chat) {
+	if c.GenerationAttempt > 0 {
+		l.parts.Configure(ctx, Episode{WorkerID: c.WorkerID, HistoryVersion: c.HistoryVersion,
+			GenerationAttempt: c.GenerationAttempt, AfterSeq: l.st.PartSeq})
+	}
+}
+
+// Part is the spec's Part operation: emit one live preview part if it
+// belongs to the current, unretired episode and is the next seq. Parts of
+// another episode or a retired attempt, and parts already delivered, are
+// dropped (no events, no error). A gap in the current episode is
+// ErrPartGap.
+func (l *Loop) Part(p LivePart) ([]Event, error) {
+	st := &l.st
+	if p.HistoryVersion != st.HistoryVersion || p.GenerationAttempt != st.GenerationAttempt ||
+		st.AttemptRetired || st.pending != nil || p.Seq <= st.PartSeq {
+		return nil, nil
+	}
+	if p.Seq != st.PartSeq+1 {
+		return nil, fmt.Errorf("%w: chat %s episode %d/%d: got seq %d after %d", ErrPartGap,
+			l.chatID, p.HistoryVersion, p.GenerationAttempt, p.Seq, st.PartSeq)
+	}
+	part := json.RawMessage(p.Data)
+	if !json.Valid(part) {
+		b, _ := json.Marshal(p.Data) // keep the stream going: deliver it as a string
+		part = b
+	}
+	st.PartSeq = p.Seq
+	em := emitter{chatID: l.chatID, st: st, startHistory: st.HistoryVersion}
+	em.emit(TypeMessagePart, MessagePart{Role: p.Role, Part: part, HistoryVersion: p.HistoryVersion,
+		GenerationAttempt: p.GenerationAttempt, Seq: p.Seq})
 	return em.events, nil
 }
 
@@ -482,6 +544,7 @@ type emitter struct {
 	events       []Event
 	startHistory int64
 	pending      *Cursor
+	done         bool // step 10 ran: the state is whole
 }
 
 // progress records the position inside a message step.
@@ -495,6 +558,13 @@ func (e *emitter) cursor() Cursor {
 		SnapshotVersion: st.SnapshotVersion, HistoryVersion: st.HistoryVersion, QueueVersion: st.QueueVersion,
 		RetryStateVersion: st.RetryStateVersion, Status: st.Status, ErrorHistoryVersion: st.ErrorHistoryVersion,
 		ActionHistoryVersion: st.ActionHistoryVersion, GenerationAttempt: st.GenerationAttempt,
+		PartSeq: st.PartSeq, AttemptRetired: st.AttemptRetired,
+	}
+	if !e.done && st.HistoryVersion != e.startHistory {
+		// Mid-Sync, history already moved but the episode fields not yet:
+		// record no episode, so a resume from here resets the preview
+		// rather than applying an old part watermark to a new episode.
+		c.GenerationAttempt, c.PartSeq, c.AttemptRetired = 0, 0, false
 	}
 	if e.pending != nil && e.pending.PendingHistory > st.HistoryVersion {
 		c.PendingHistory, c.LastMessageID, c.Reset = e.pending.PendingHistory, e.pending.LastMessageID, e.pending.Reset
@@ -511,6 +581,7 @@ func (e *emitter) emit(typ string, payload any) {
 func (e *emitter) finish() {
 	if n := len(e.events); n > 0 {
 		e.pending = nil
+		e.done = true
 		e.events[n-1].Cursor = e.cursor()
 	}
 }

@@ -66,7 +66,8 @@ func TestBootstrapEmitsFullStateInOrder(t *testing.T) {
 	c := h.chat(id)
 	require.Equal(t, c.SnapshotVersion, st.SnapshotVersion)
 	require.Equal(t, c.HistoryVersion, st.HistoryVersion)
-	require.Equal(t, c.SnapshotVersion, evs[2].Cursor.SnapshotVersion, "the last event's cursor is the whole state")
+	require.Equal(t, []string{"message", "message", "status", "preview_reset"}, allTypes(evs))
+	require.Equal(t, c.SnapshotVersion, evs[3].Cursor.SnapshotVersion, "the last event's cursor is the whole state")
 	require.Zero(t, evs[0].Cursor.SnapshotVersion, "mid-sync cursors do not claim the snapshot")
 
 	// Nothing changed: neither hints nor a forced fetch emit anything.

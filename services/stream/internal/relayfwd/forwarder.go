@@ -1,0 +1,233 @@
+// Package relayfwd is the stream loop's relay forwarder (spec "Relay
+// mechanism"): one RelayService.StreamParts call per stream loop, steered by
+// control messages taken from Sync, whose parts it hands to the loop's Part
+// operation through a channel the loop's goroutine reads.
+package relayfwd
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
+)
+
+// Client is the replica's connection to the relay service, shared by every
+// forwarder. It is created lazily, on the first forwarder that needs it.
+type Client struct {
+	addr string
+	opts []grpc.DialOption
+
+	once sync.Once
+	cc   *grpc.ClientConn
+	err  error
+}
+
+// NewClient returns a client of the relay at addr (insecure transport unless
+// opts say otherwise). Nothing is dialed until a forwarder needs it.
+func NewClient(addr string, opts ...grpc.DialOption) *Client {
+	if len(opts) == 0 {
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	return &Client{addr: addr, opts: opts}
+}
+
+func (c *Client) conn() (*grpc.ClientConn, error) {
+	c.once.Do(func() { c.cc, c.err = grpc.NewClient(c.addr, c.opts...) })
+	return c.cc, c.err
+}
+
+// Close closes the connection if it was made.
+func (c *Client) Close() error {
+	c.once.Do(func() {}) // no dial after Close
+	if c.cc != nil {
+		return c.cc.Close()
+	}
+	return nil
+}
+
+// Backoff bounds the wait before a failed relay call is retried.
+var Backoff = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
+
+// Forwarder implements streamloop.Parts for one stream loop. Configure is
+// called on the loop goroutine; the loop's owner reads C() on that same
+// goroutine and applies each part with Loop.Part, so parts and Syncs are
+// serialized.
+type Forwarder struct {
+	client *Client
+	chatID uuid.UUID
+	out    chan streamloop.LivePart
+	kick   chan struct{}
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu         sync.Mutex
+	configured bool
+	want       streamloop.Episode
+	gen        uint64 // bumped on every change of want
+	lastSeq    int64  // last part seq of want received
+	started    bool
+	closed     bool
+	wg         sync.WaitGroup
+}
+
+// New returns a forwarder of chatID's parts. It opens nothing until the
+// first Configure with a worker.
+func (c *Client) New(chatID uuid.UUID) *Forwarder {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Forwarder{client: c, chatID: chatID, out: make(chan streamloop.LivePart, 64),
+		kick: make(chan struct{}, 1), ctx: ctx, cancel: cancel}
+}
+
+// C delivers the parts received for the currently configured episode.
+func (f *Forwarder) C() <-chan streamloop.LivePart { return f.out }
+
+// Configure selects the worker and episode to forward (a nil worker stops
+// forwarding). An unchanged selection does nothing; a change is one control
+// message on the existing RelayService stream.
+func (f *Forwarder) Configure(_ context.Context, ep streamloop.Episode) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || f.configured && f.want.Same(ep) {
+		return
+	}
+	f.configured = true
+	f.want = ep
+	f.lastSeq = ep.AfterSeq
+	f.gen++
+	if !f.started {
+		if ep.WorkerID == nil {
+			return // nothing to stop yet: stay unconnected
+		}
+		f.started = true
+		f.wg.Add(1)
+		go f.run()
+		return
+	}
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops forwarding and waits for the forwarder's goroutines.
+func (f *Forwarder) Close() {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.cancel()
+	f.wg.Wait()
+}
+
+func (f *Forwarder) control() (*chatdv1.RelayServiceStreamPartsRequest, uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	req := &chatdv1.RelayServiceStreamPartsRequest{ChatId: f.chatID.String(),
+		HistoryVersion: f.want.HistoryVersion, GenerationAttempt: f.want.GenerationAttempt, AfterSeq: f.lastSeq}
+	if f.want.WorkerID != nil {
+		req.WorkerId = f.want.WorkerID.String()
+	}
+	return req, f.gen
+}
+
+// run keeps one StreamParts call open, reconnecting with backoff and
+// resending the current selection after the last part received.
+func (f *Forwarder) run() {
+	defer f.wg.Done()
+	for attempt := 0; ; attempt++ {
+		healthy := f.stream()
+		if f.ctx.Err() != nil {
+			return
+		}
+		if healthy {
+			attempt = 0
+		}
+		d := Backoff[min(attempt, len(Backoff)-1)]
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-time.After(d):
+		}
+	}
+}
+
+// stream runs one StreamParts call until it fails or the forwarder closes.
+// It reports whether the call received anything.
+func (f *Forwarder) stream() (healthy bool) {
+	cc, err := f.client.conn()
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	st, err := chatdv1.NewRelayServiceClient(cc).StreamParts(ctx)
+	if err != nil {
+		return false
+	}
+	recvDone := make(chan bool, 1)
+	go func() { recvDone <- f.recv(ctx, st) }()
+	var sent uint64
+	first := true
+	for {
+		req, gen := f.control()
+		if first || gen != sent {
+			if err := st.Send(req); err != nil {
+				cancel()
+				return <-recvDone
+			}
+			first, sent = false, gen
+		}
+		select {
+		case <-f.ctx.Done():
+			cancel()
+			<-recvDone
+			return true
+		case h := <-recvDone:
+			return h
+		case <-f.kick:
+		}
+	}
+}
+
+// recv hands the parts of the selected episode to the loop until the call
+// ends.
+func (f *Forwarder) recv(ctx context.Context, st chatdv1.RelayService_StreamPartsClient) (healthy bool) {
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return healthy
+		}
+		healthy = true
+		p := resp.GetPart()
+		if p == nil {
+			continue // episode_closed: nothing to do, the loop learns it from Sync
+		}
+		f.mu.Lock()
+		w, gen := f.want, f.gen
+		ok := w.WorkerID != nil && resp.WorkerId == w.WorkerID.String() &&
+			resp.HistoryVersion == w.HistoryVersion && resp.GenerationAttempt == w.GenerationAttempt &&
+			p.Seq > f.lastSeq
+		f.mu.Unlock()
+		if !ok {
+			continue // still in flight from an earlier selection
+		}
+		lp := streamloop.LivePart{HistoryVersion: resp.HistoryVersion, GenerationAttempt: resp.GenerationAttempt,
+			Seq: p.Seq, Role: p.Role, Data: p.Data}
+		select {
+		case f.out <- lp:
+		case <-ctx.Done():
+			return healthy
+		}
+		// Only a part handed over counts: a reconnect resumes after it.
+		f.mu.Lock()
+		if f.gen == gen {
+			f.lastSeq = p.Seq
+		}
+		f.mu.Unlock()
+	}
+}

@@ -1,0 +1,142 @@
+package streamloop_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
+)
+
+// recParts records the episodes a loop configures.
+type recParts struct{ eps []streamloop.Episode }
+
+func (r *recParts) Configure(_ context.Context, ep streamloop.Episode) { r.eps = append(r.eps, ep) }
+
+func textPart(s string) string {
+	b, _ := json.Marshal(map[string]string{"type": "text", "text": s})
+	return string(b)
+}
+
+// TestPartAcceptance: the spec's Part rules (episode, retired attempt, seq),
+// preview_reset on a new attempt, and the part watermark in the cursor.
+func TestPartAcceptance(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.create()
+	worker := uuid.New()
+	h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, worker, uuid.New()) })
+	c := h.do(id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) })
+	require.EqualValues(t, 1, c.GenerationAttempt)
+
+	rec := &recParts{}
+	l := streamloop.New(h.pool, id, rec, nil)
+	_, err := l.Bootstrap(h.ctx)
+	require.NoError(t, err)
+	require.Len(t, rec.eps, 1)
+	require.Equal(t, worker, *rec.eps[0].WorkerID)
+	require.Equal(t, c.HistoryVersion, rec.eps[0].HistoryVersion)
+	require.EqualValues(t, 1, rec.eps[0].GenerationAttempt)
+	require.Zero(t, rec.eps[0].AfterSeq)
+
+	hv := c.HistoryVersion
+	part := func(hv, ga, seq int64, s string) []streamloop.Event {
+		t.Helper()
+		evs, err := l.Part(streamloop.LivePart{HistoryVersion: hv, GenerationAttempt: ga, Seq: seq, Role: "assistant", Data: textPart(s)})
+		require.NoError(t, err)
+		return evs
+	}
+	evs := part(hv, 1, 1, "a")
+	require.Len(t, evs, 1)
+	require.Equal(t, streamloop.TypeMessagePart, evs[0].Type)
+	mp := evs[0].Payload.(streamloop.MessagePart)
+	require.Equal(t, streamloop.MessagePart{Role: "assistant", Part: json.RawMessage(textPart("a")), HistoryVersion: hv, GenerationAttempt: 1, Seq: 1}, mp)
+	require.EqualValues(t, 1, evs[0].Cursor.PartSeq)
+	b, err := json.Marshal(evs[0])
+	require.NoError(t, err)
+	var wire map[string]any
+	require.NoError(t, json.Unmarshal(b, &wire))
+	require.Equal(t, map[string]any{"type": "text", "text": "a"}, wire["message_part"].(map[string]any)["part"])
+	afterA := evs[0].Cursor
+
+	require.Empty(t, part(hv-1, 1, 2, "stale history"))
+	require.Empty(t, part(hv, 2, 2, "other attempt"))
+	require.Empty(t, part(hv, 1, 1, "duplicate"))
+	require.Len(t, part(hv, 1, 2, "b"), 1)
+	_, err = l.Part(streamloop.LivePart{HistoryVersion: hv, GenerationAttempt: 1, Seq: 4, Data: textPart("gap")})
+	require.ErrorIs(t, err, streamloop.ErrPartGap)
+
+	// A resume from the cursor after "a" asks the relay for parts after 1
+	// and accepts "b" again (the client never got it), not "a".
+	rec2 := &recParts{}
+	l2 := streamloop.New(h.pool, id, rec2, &afterA)
+	evs, err = l2.Bootstrap(h.ctx)
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	require.Len(t, rec2.eps, 1)
+	require.EqualValues(t, 1, rec2.eps[0].AfterSeq)
+	evs, err = l2.Part(streamloop.LivePart{HistoryVersion: hv, GenerationAttempt: 1, Seq: 1, Data: textPart("a")})
+	require.NoError(t, err)
+	require.Empty(t, evs)
+	evs, err = l2.Part(streamloop.LivePart{HistoryVersion: hv, GenerationAttempt: 1, Seq: 2, Data: textPart("b")})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+
+	// A new attempt: preview_reset, the relay moves to it, and the old
+	// attempt's parts are dropped.
+	c = h.do(id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) })
+	evs, err = l.Sync(h.ctx, streamloop.HintsFromChat(c))
+	require.NoError(t, err)
+	require.Equal(t, []string{"preview_reset"}, allTypes(evs))
+	require.Zero(t, evs[0].Cursor.PartSeq)
+	require.Len(t, rec.eps, 2)
+	require.EqualValues(t, 2, rec.eps[1].GenerationAttempt)
+	require.Empty(t, part(hv, 1, 3, "old attempt"))
+	require.Len(t, part(hv, 2, 1, "x"), 1)
+
+	// The attempt fails and waits for a retry: it is retired, its remaining
+	// parts are dropped (not a gap), and the cursor remembers it.
+	c = h.do(id, func(tx *chatstate.Tx) error {
+		return tx.RecordRetryState(h.ctx, chatstate.RetryState{Attempt: 1, DelayMS: 500, Error: "overloaded"})
+	})
+	evs, err = l.Sync(h.ctx, streamloop.HintsFromChat(c))
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+	require.True(t, evs[len(evs)-1].Cursor.AttemptRetired)
+	require.Empty(t, part(hv, 2, 2, "retired"))
+	require.Empty(t, part(hv, 2, 5, "retired, not a gap"))
+	// The retry is a new attempt: parts flow again from seq 1.
+	c = h.do(id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) })
+	evs, err = l.Sync(h.ctx, streamloop.HintsFromChat(c))
+	require.NoError(t, err)
+	require.Contains(t, allTypes(evs), "preview_reset")
+	require.Len(t, part(hv, 3, 1, "retry"), 1)
+}
+
+func TestCursorPartWatermark(t *testing.T) {
+	t.Parallel()
+	c := streamloop.Cursor{SnapshotVersion: 9, HistoryVersion: 7, Status: "running", GenerationAttempt: 2, PartSeq: 5, AttemptRetired: true}
+	got, err := streamloop.DecodeCursor(c.Encode())
+	require.NoError(t, err)
+	require.Equal(t, c, got)
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	// A c1 cursor (before part watermarks) is still accepted.
+	old, err := streamloop.DecodeCursor(enc("c1.9.7.3.1.running.2.4.2.0.0.0"))
+	require.NoError(t, err)
+	require.Equal(t, streamloop.Cursor{SnapshotVersion: 9, HistoryVersion: 7, QueueVersion: 3, RetryStateVersion: 1,
+		Status: "running", ErrorHistoryVersion: 2, ActionHistoryVersion: 4, GenerationAttempt: 2}, old)
+	for _, bad := range []string{
+		enc("c2.9.7.3.1.running.2.4.2.0.0.0.-1.0"), // negative seq
+		enc("c2.9.7.3.1.running.2.4.2.0.0.0.1.2"),  // retired not 0/1
+		enc("c2.9.7.3.1.running.2.4.0.0.0.0.1.0"),  // parts of attempt 0
+		enc("c1.9.7.3.1.running.2.4.2.0.0.0.1.0"),  // c1 has no part fields
+	} {
+		_, err := streamloop.DecodeCursor(bad)
+		require.ErrorIs(t, err, streamloop.ErrBadCursor, "%q", bad)
+	}
+}
