@@ -60,6 +60,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/streamctl"
 )
 
 // resolveTimeout bounds a worker registry lookup.
@@ -426,8 +427,8 @@ func (s *Server) StreamParts(stream chatdv1.RelayService_StreamPartsServer) erro
 	default:
 	}
 	ctx := stream.Context()
-	ctl := &controls{signal: make(chan struct{}, 1)}
-	go receiveControls(stream, ctl)
+	ctl := streamctl.New[selection]()
+	go streamctl.Receive(stream.Recv, parseSelection, ctl)
 
 	sub := &subscriber{}
 	defer func() {
@@ -436,7 +437,7 @@ func (s *Server) StreamParts(stream chatdv1.RelayService_StreamPartsServer) erro
 		}
 	}()
 	for {
-		sel, eof, err := ctl.take()
+		sel, eof, err := ctl.Take()
 		if err != nil {
 			return err
 		}
@@ -455,7 +456,7 @@ func (s *Server) StreamParts(stream chatdv1.RelayService_StreamPartsServer) erro
 				return err
 			}
 			for _, ev := range events {
-				if ctl.pending() {
+				if ctl.Pending() {
 					break // a new selection goes first; the rest is re-read
 				}
 				if err := stream.Send(ev); err != nil {
@@ -476,7 +477,7 @@ func (s *Server) StreamParts(stream chatdv1.RelayService_StreamPartsServer) erro
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.closing:
 			return errShutdown
-		case <-ctl.signal:
+		case <-ctl.Changed():
 		case <-changed:
 		}
 	}
@@ -596,61 +597,6 @@ func parseSelection(req *chatdv1.RelayServiceStreamPartsRequest) (selection, err
 		ep:       episode{req.GetHistoryVersion(), req.GetGenerationAttempt()},
 		afterSeq: req.GetAfterSeq(),
 	}, nil
-}
-
-// controls is the mailbox between a call's receiving goroutine and its
-// handler; only the latest selection matters.
-type controls struct {
-	signal chan struct{} // capacity 1
-
-	mu  sync.Mutex
-	sel *selection
-	eof bool
-	err error
-}
-
-func (c *controls) update(fn func()) {
-	c.mu.Lock()
-	fn()
-	c.mu.Unlock()
-	select {
-	case c.signal <- struct{}{}:
-	default:
-	}
-}
-
-func (c *controls) take() (*selection, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	sel := c.sel
-	c.sel = nil
-	return sel, c.eof, c.err
-}
-
-func (c *controls) pending() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sel != nil || c.err != nil
-}
-
-func receiveControls(stream chatdv1.RelayService_StreamPartsServer, ctl *controls) {
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			ctl.update(func() { ctl.eof = true })
-			return
-		}
-		if err != nil {
-			ctl.update(func() { ctl.err = err })
-			return
-		}
-		sel, err := parseSelection(req)
-		if err != nil {
-			ctl.update(func() { ctl.err = err })
-			return
-		}
-		ctl.update(func() { ctl.sel = &sel })
-	}
 }
 
 var _ chatdv1.RelayServiceServer = (*Server)(nil)

@@ -12,8 +12,6 @@
 package parts
 
 import (
-	"errors"
-	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -26,6 +24,7 @@ import (
 
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/partbuf"
+	"github.com/chatd/chatd/pkg/streamctl"
 )
 
 // errShutdown ends the streams of a closed Server or a closed buffer.
@@ -91,11 +90,11 @@ func (s *Server) StreamParts(stream chatdv1.PartsService_StreamPartsServer) erro
 	default:
 	}
 	ctx := stream.Context()
-	ctl := &controls{signal: make(chan struct{}, 1)}
-	// The receiving goroutine never blocks on the handler (controls is a
-	// mailbox), and Recv returns once the handler has returned, so it needs
+	ctl := streamctl.New[selection]()
+	// The receiving goroutine never blocks on the handler (the streamctl
+	// mailbox never blocks), and Recv returns once the handler has returned, so it needs
 	// no stop signal.
-	go receive(stream, ctl)
+	go streamctl.Receive(stream.Recv, parseSelection, ctl)
 
 	var cur *feed
 	defer func() {
@@ -107,7 +106,7 @@ func (s *Server) StreamParts(stream chatdv1.PartsService_StreamPartsServer) erro
 	// applyControl switches to the latest selection, if any, and notes a
 	// half-close.
 	applyControl := func() error {
-		sel, eof, err := ctl.take()
+		sel, eof, err := ctl.Take()
 		if err != nil {
 			return err
 		}
@@ -126,7 +125,7 @@ func (s *Server) StreamParts(stream chatdv1.PartsService_StreamPartsServer) erro
 		if halfClosed && cur == nil {
 			return nil
 		}
-		if ctl.pending() {
+		if ctl.Pending() {
 			// A new selection goes before the parts of the old one.
 			if err := applyControl(); err != nil {
 				return err
@@ -142,7 +141,7 @@ func (s *Server) StreamParts(stream chatdv1.PartsService_StreamPartsServer) erro
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.closing:
 			return errShutdown
-		case <-ctl.signal:
+		case <-ctl.Changed():
 			if err := applyControl(); err != nil {
 				return err
 			}
@@ -183,10 +182,10 @@ const (
 // deliver sends the parts cur has received since the last call. It returns
 // early when a new control message is waiting, which goes first; the parts
 // it did not send go back to the feed.
-func (s *Server) deliver(stream chatdv1.PartsService_StreamPartsServer, cur *feed, ctl *controls) (outcome, error) {
+func (s *Server) deliver(stream chatdv1.PartsService_StreamPartsServer, cur *feed, ctl *streamctl.Latest[selection]) (outcome, error) {
 	parts, ended := cur.take()
 	for i, p := range parts {
-		if ctl.pending() {
+		if ctl.Pending() {
 			cur.requeue(parts[i:], ended)
 			return more, nil
 		}
@@ -296,65 +295,6 @@ func (sel selection) closedResponse(lastSeq int64) *chatdv1.StreamPartsResponse 
 	r := sel.response()
 	r.Event = &chatdv1.StreamPartsResponse_EpisodeClosed{EpisodeClosed: &chatdv1.EpisodeClosed{LastSeq: lastSeq}}
 	return r
-}
-
-// controls is the mailbox between a stream's receiving goroutine and its
-// handler. Only the latest selection matters, so a newer one replaces one
-// the handler has not taken yet.
-type controls struct {
-	signal chan struct{} // capacity 1: something changed
-
-	mu  sync.Mutex
-	sel *selection
-	eof bool  // the client half-closed
-	err error // the stream failed or a control message was malformed
-}
-
-func (c *controls) update(fn func()) {
-	c.mu.Lock()
-	fn()
-	c.mu.Unlock()
-	select {
-	case c.signal <- struct{}{}:
-	default:
-	}
-}
-
-// take returns and clears the pending selection, with the sticky EOF and
-// error states.
-func (c *controls) take() (*selection, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	sel := c.sel
-	c.sel = nil
-	return sel, c.eof, c.err
-}
-
-// pending reports whether a selection or an error waits to be taken.
-func (c *controls) pending() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sel != nil || c.err != nil
-}
-
-func receive(stream chatdv1.PartsService_StreamPartsServer, ctl *controls) {
-	for {
-		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			ctl.update(func() { ctl.eof = true })
-			return
-		}
-		if err != nil {
-			ctl.update(func() { ctl.err = err })
-			return
-		}
-		sel, err := parseSelection(req)
-		if err != nil {
-			ctl.update(func() { ctl.err = err })
-			return
-		}
-		ctl.update(func() { ctl.sel = &sel })
-	}
 }
 
 // feed is one buffer subscription of a stream. Its goroutine takes every
