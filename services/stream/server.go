@@ -9,10 +9,10 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/services/stream/internal/relayfwd"
 	"github.com/chatd/chatd/services/stream/internal/streamhttp"
@@ -83,9 +83,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return fmt.Errorf("connect to Postgres: %w", err)
 	}
 	defer pool.Close()
-	nc, err := nats.Connect(cfg.NATSURL, nats.Name("chatd-stream"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1))
+	nc, err := notify.Connect(cfg.NATSURL, "chatd-stream")
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", cfg.NATSURL, err)
+		return err
 	}
 	defer nc.Close()
 	poller := &streamhttp.Poller{Pool: pool, Log: log}

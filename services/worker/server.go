@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jonboulle/clockwork"
-	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/chatstate"
@@ -40,9 +39,6 @@ const (
 	defaultMaxGenerationRetries = 25
 	defaultMaxStepsPerTurn      = 1200
 )
-
-// natsFlushTimeout bounds a NATS write that finds the buffer full.
-const natsFlushTimeout = time.Second
 
 // errNoDatabase refuses a worker without Postgres.
 var errNoDatabase = errors.New("CHATD_DATABASE_URL is required: the worker keeps every chat in Postgres")
@@ -153,13 +149,9 @@ func run(ctx context.Context, cfg *config, log *slog.Logger) error {
 		return fmt.Errorf("error connecting to Postgres: %w", err)
 	}
 	defer pool.Close()
-	// RetryOnFailedConnect: notifications are hints; a NATS outage must not
-	// stop the worker, whose timers and database sync are the safety net.
-	nc, err := nats.Connect(cfg.NATSURL,
-		nats.Name("chatd-worker"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
-		nats.FlusherTimeout(natsFlushTimeout))
+	nc, err := notify.Connect(cfg.NATSURL, "chatd-worker")
 	if err != nil {
-		return fmt.Errorf("error connecting to NATS at %s: %w", cfg.NATSURL, err)
+		return err
 	}
 	defer nc.Close()
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/auth"
@@ -36,10 +35,6 @@ type AppConfig struct {
 	Log                        *slog.Logger
 }
 
-// natsFlushTimeout bounds a publish that has to write to the socket itself,
-// so a stalled NATS server cannot hold up a request.
-const natsFlushTimeout = time.Second
-
 // Serve runs the api service until ctx ends: ChatService over gRPC, its
 // REST facade over an in-process connection, notifications after commit.
 func Serve(ctx context.Context, cfg AppConfig) error {
@@ -59,13 +54,9 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 		return fmt.Errorf("connect to Postgres: %w", err)
 	}
 	defer pool.Close()
-	// RetryOnFailedConnect: a NATS outage at startup or later must never
-	// fail or block a request; notifications are hints with safety nets.
-	nc, err := nats.Connect(cfg.NATSURL,
-		nats.Name("chatd-api"), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1),
-		nats.FlusherTimeout(natsFlushTimeout))
+	nc, err := notify.Connect(cfg.NATSURL, "chatd-api")
 	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", cfg.NATSURL, err)
+		return err
 	}
 	defer nc.Close()
 
