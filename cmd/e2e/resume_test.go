@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/cmd/internal/stacktest"
 )
 
 // TestResumeMidTurnSeesTheRestOnce: a client disconnects in the middle of a
@@ -14,13 +16,13 @@ import (
 // stream replica watching the same chat sees the same committed message.
 func TestResumeMidTurnSeesTheRestOnce(t *testing.T) {
 	t.Parallel()
-	st := startStack(t, 2)
-	streamA, streamB := st.streams[0], st.streams[1]
-	post := func(path, body string) map[string]any { return st.post(t, path, body) }
+	st := stacktest.Start(t, 2)
+	streamA, streamB := st.Streams[0], st.Streams[1]
+	post := func(path, body string) map[string]any { return st.Post(t, path, body) }
 	chatID := post("/api/v2/chats", `{}`)["id"].(string)
 
-	first, closeFirst := st.openSSE(t, streamA, chatID, "")
-	other, closeOther := st.openSSE(t, streamB, chatID, "")
+	first, closeFirst := st.OpenSSE(t, streamA, chatID, "")
+	other, closeOther := st.OpenSSE(t, streamB, chatID, "")
 	defer closeOther()
 	post("/api/v2/chats/"+chatID+"/messages", `{"content":[{"type":"text","text":"::stream 60 30"}]}`)
 
@@ -33,29 +35,29 @@ func TestResumeMidTurnSeesTheRestOnce(t *testing.T) {
 		select {
 		case ev, ok := <-first:
 			require.True(t, ok, "stream ended early")
-			if txt := partText(ev); txt != "" {
+			if txt := stacktest.PartText(ev); txt != "" {
 				seen.WriteString(txt)
 				parts++
 			}
-			require.Empty(t, assistantText(ev), "the reply committed before the test could disconnect; make the stream slower")
-			cursor = ev.id
+			require.Empty(t, stacktest.AssistantText(ev), "the reply committed before the test could disconnect; make the stream slower")
+			cursor = ev.ID
 		case <-timeout:
-			t.Fatalf("no parts; worker:\n%s\nstream:\n%s", st.worker.Stderr(), st.streamProcs[0].Stderr())
+			t.Fatalf("no parts; worker:\n%s\nstream:\n%s", st.Worker.Stderr(), st.StreamProcs[0].Stderr())
 		}
 	}
 	closeFirst()
 
-	resumed, closeResumed := st.openSSE(t, streamA, chatID, cursor)
+	resumed, closeResumed := st.OpenSSE(t, streamA, chatID, cursor)
 	defer closeResumed()
 	var committed string
 	for committed == "" {
 		select {
 		case ev, ok := <-resumed:
 			require.True(t, ok, "resumed stream ended early")
-			seen.WriteString(partText(ev))
-			committed = assistantText(ev)
+			seen.WriteString(stacktest.PartText(ev))
+			committed = stacktest.AssistantText(ev)
 		case <-timeout:
-			t.Fatalf("no committed reply after resuming; stream:\n%s", st.streamProcs[0].Stderr())
+			t.Fatalf("no committed reply after resuming; stream:\n%s", st.StreamProcs[0].Stderr())
 		}
 	}
 	require.True(t, strings.HasPrefix(committed, "tok1 tok2"), committed)
@@ -66,12 +68,12 @@ func TestResumeMidTurnSeesTheRestOnce(t *testing.T) {
 		select {
 		case ev, ok := <-other:
 			require.True(t, ok)
-			if txt := assistantText(ev); txt != "" {
+			if txt := stacktest.AssistantText(ev); txt != "" {
 				require.Equal(t, committed, txt)
 				return
 			}
 		case <-timeout:
-			t.Fatalf("the second stream replica never showed the reply; stream B:\n%s", st.streamProcs[1].Stderr())
+			t.Fatalf("the second stream replica never showed the reply; stream B:\n%s", st.StreamProcs[1].Stderr())
 		}
 	}
 }

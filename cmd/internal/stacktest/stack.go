@@ -1,0 +1,199 @@
+// Package stacktest starts chatd's four services as separate processes
+// for tests (api, worker, relay and stream replicas over one fresh database
+// and an in-process NATS server) and reads their SSE streams.
+package stacktest
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/db/dbtest"
+	"github.com/chatd/chatd/pkg/natstest"
+	"github.com/chatd/chatd/pkg/service/servicetest"
+)
+
+// Secret is the HS256 key every service of a Stack verifies tokens with.
+const Secret = "e2e-secret-e2e-secret-e2e-secret-0123"
+
+// Stack is api, worker, relay and one or more stream replicas, each its own
+// process, sharing a fresh database and an in-process NATS server.
+type Stack struct {
+	APIHTTP     string   // the api's HTTP address (REST facade)
+	Streams     []string // HTTP addresses of the stream replicas
+	DatabaseURL string
+	NATSURL     string
+	WorkerGRPC  string
+	RelayGRPC   string
+	API         *servicetest.Process
+	Worker      *servicetest.Process
+	Relay       *servicetest.Process
+	StreamProcs []*servicetest.Process
+	Token       string // a bearer token for a fresh user and organization
+}
+
+// Start builds and starts the stack with the given number of stream
+// replicas and waits until every service serves.
+func Start(t *testing.T, streams int) *Stack {
+	t.Helper()
+	dbURL := dbtest.NewDatabase(t)
+	natsURL := natstest.URL(t)
+	root := RepoRoot(t)
+	common := []string{"CHATD_DATABASE_URL=" + dbURL, "CHATD_NATS_URL=" + natsURL, "CHATD_AUTH_SECRET=" + Secret, "CHATD_LOG_LEVEL=warn"}
+	env := func(extra ...string) []string {
+		return servicetest.Env(append(append([]string{}, common...), extra...)...)
+	}
+	s := &Stack{APIHTTP: servicetest.FreeAddr(t), DatabaseURL: dbURL, NATSURL: natsURL}
+	workerGRPC, relayGRPC := servicetest.FreeAddr(t), servicetest.FreeAddr(t)
+	s.WorkerGRPC, s.RelayGRPC = workerGRPC, relayGRPC
+
+	s.API = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/api")),
+		env("CHATD_HTTP_ADDR="+s.APIHTTP, "CHATD_GRPC_ADDR="+servicetest.FreeAddr(t)))
+	s.Worker = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/worker")),
+		env("CHATD_GRPC_ADDR="+workerGRPC, "CHATD_ADVERTISE_ADDR="+workerGRPC, "CHATD_ACQUIRE_INTERVAL=1s"))
+	s.Relay = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/relay")),
+		env("CHATD_GRPC_ADDR="+relayGRPC, "CHATD_ADVERTISE_ADDR="+relayGRPC))
+	streamBin := servicetest.Build(t, filepath.Join(root, "services/stream"))
+	for i := 0; i < streams; i++ {
+		addr := servicetest.FreeAddr(t)
+		p := servicetest.Start(t, streamBin,
+			env("CHATD_HTTP_ADDR="+addr, "CHATD_GRPC_ADDR="+servicetest.FreeAddr(t), "CHATD_RELAY_ADDR="+relayGRPC))
+		s.Streams, s.StreamProcs = append(s.Streams, addr), append(s.StreamProcs, p)
+	}
+	s.API.WaitHTTP(t, "http://"+s.APIHTTP+"/healthz")
+	s.Worker.WaitServing(t, workerGRPC, "")
+	s.Relay.WaitServing(t, relayGRPC, "")
+	for i, p := range s.StreamProcs {
+		p.WaitHTTP(t, "http://"+s.Streams[i]+"/healthz")
+	}
+
+	signer, err := auth.NewSigner([]byte(Secret))
+	require.NoError(t, err)
+	s.Token, err = signer.Sign(auth.Claims{UserID: uuid.New(), OrganizationID: uuid.New()}, time.Hour)
+	require.NoError(t, err)
+	return s
+}
+
+// Post sends a JSON body to the api and requires 201.
+func (s *Stack) Post(t *testing.T, path, body string) map[string]any {
+	t.Helper()
+	req, err := http.NewRequest("POST", "http://"+s.APIHTTP+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", raw)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(raw, &out))
+	return out
+}
+
+// SSEEvent is one SSE event: its id (the cursor) and decoded data.
+type SSEEvent struct {
+	ID   string
+	Data map[string]any
+}
+
+// OpenSSE connects to a chat's stream on a stream replica, resuming after
+// cursor when set.
+func (s *Stack) OpenSSE(t *testing.T, streamHTTP, chatID, cursor string) (<-chan SSEEvent, func()) {
+	t.Helper()
+	req, err := http.NewRequest("GET", "http://"+streamHTTP+"/api/v2/chats/"+chatID+"/stream", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	req.Header.Set("Accept", "text/event-stream")
+	if cursor != "" {
+		req.Header.Set("Last-Event-ID", cursor)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	out := make(chan SSEEvent, 4096)
+	go func() {
+		defer close(out)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var id string
+		for sc.Scan() {
+			line := sc.Bytes()
+			if v, ok := bytes.CutPrefix(line, []byte("id: ")); ok {
+				id = string(v)
+			}
+			if v, ok := bytes.CutPrefix(line, []byte("data: ")); ok {
+				var d map[string]any
+				if json.Unmarshal(v, &d) == nil {
+					out <- SSEEvent{ID: id, Data: d}
+				}
+			}
+		}
+	}()
+	return out, func() { resp.Body.Close() }
+}
+
+// PartText is the text a message_part event carries ("" otherwise).
+func PartText(ev SSEEvent) string {
+	if ev.Data["type"] != "message_part" {
+		return ""
+	}
+	p, _ := ev.Data["message_part"].(map[string]any)["part"].(map[string]any)
+	if p["type"] != "text" {
+		return ""
+	}
+	return p["text"].(string)
+}
+
+// AssistantText is the text of a committed assistant message event.
+func AssistantText(ev SSEEvent) string {
+	if ev.Data["type"] != "message" {
+		return ""
+	}
+	m := ev.Data["message"].(map[string]any)
+	if m["role"] != "assistant" {
+		return ""
+	}
+	var b strings.Builder
+	for _, p := range m["content"].([]any) {
+		if pp := p.(map[string]any); pp["type"] == "text" {
+			b.WriteString(pp["text"].(string))
+		}
+	}
+	return b.String()
+}
+
+// Status is the status word of a status event ("" otherwise).
+func Status(ev SSEEvent) string {
+	if ev.Data["type"] != "status" {
+		return ""
+	}
+	st, _ := ev.Data["status"].(map[string]any)["status"].(string)
+	return st
+}
+
+// RepoRoot is the directory holding go.work, found by walking up from the
+// test's working directory.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		require.NotEqual(t, parent, dir, "no go.work above the test's directory")
+		dir = parent
+	}
+}
