@@ -6,8 +6,9 @@ import (
 	"os"
 
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/services/stream/streamserver"
 )
 
 func main() {
-	os.Exit(service.Main(program(), os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
+	os.Exit(service.Main(streamserver.Program(), os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr))
 }

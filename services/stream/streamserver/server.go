@@ -1,4 +1,4 @@
-package main
+package streamserver
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 // name is the service's short name: its health service is "chatd.v1.stream".
 const name = "stream"
 
-// config holds the stream service's settings.
-type config struct {
+// Config holds the stream service's settings.
+type Config struct {
 	service.Common
 	// HTTPAddr is where GET /api/v2/chats/{chat}/stream listens.
 	HTTPAddr string
@@ -36,7 +36,7 @@ type config struct {
 }
 
 // Declare adds the stream service's settings to v.
-func (c *config) Declare(v *service.Vars) {
+func (c *Config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7003")
 	v.Addr(&c.HTTPAddr, "CHATD_HTTP_ADDR", ":8081",
 		"host:port the chat streams (WebSocket and SSE) and /healthz listen on.", false)
@@ -56,21 +56,21 @@ func (c *config) Declare(v *service.Vars) {
 
 var errNoAuth = errors.New("set CHATD_AUTH_SECRET (HS256) or CHATD_AUTH_JWKS_URL (RS256/ES256): the stream accepts only authenticated clients")
 
-// program describes the stream binary for service.Main.
-func program() service.Program {
-	cfg := &config{}
+// Program describes the stream binary for service.Main.
+func Program() service.Program {
+	cfg := &Config{}
 	return service.Program{
 		Name:    name,
 		Summary: "chatd stream: one stream loop per client watching a chat (WebSocket or SSE).",
 		Config:  cfg,
 		Run: func(ctx context.Context, log *slog.Logger) error {
-			return run(ctx, cfg, log)
+			return Run(ctx, cfg, log)
 		},
 	}
 }
 
-// run serves the stream service until ctx ends.
-func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+// Run serves the stream service until ctx ends.
+func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if cfg.DatabaseURL == "" {
 		return fmt.Errorf("CHATD_DATABASE_URL is required: the stream reads chats from Postgres")
 	}

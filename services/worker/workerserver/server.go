@@ -1,4 +1,4 @@
-package main
+package workerserver
 
 import (
 	"context"
@@ -46,8 +46,8 @@ var errNoDatabase = errors.New("CHATD_DATABASE_URL is required: the worker keeps
 // stopTimeout bounds the database work of a shutdown after the drain.
 const stopTimeout = 30 * time.Second
 
-// config holds the worker's settings.
-type config struct {
+// Config holds the worker's settings.
+type Config struct {
 	service.Common
 	// AdvertiseAddr is the PartsService address other services dial; empty
 	// means derived from GRPCAddr (see service.AdvertiseAddr).
@@ -70,7 +70,7 @@ type config struct {
 }
 
 // Declare adds the worker's settings to v.
-func (c *config) Declare(v *service.Vars) {
+func (c *Config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7002")
 	v.Addr(&c.AdvertiseAddr, "CHATD_ADVERTISE_ADDR", "",
 		"host:port other services dial for this worker's PartsService; empty derives it from CHATD_GRPC_ADDR (an empty host becomes the hostname).", true)
@@ -109,28 +109,28 @@ func (c *config) Declare(v *service.Vars) {
 }
 
 // Lease returns the ownership lease.
-func (c *config) Lease() time.Duration { return time.Duration(c.LeaseSeconds) * time.Second }
+func (c *Config) Lease() time.Duration { return time.Duration(c.LeaseSeconds) * time.Second }
 
 // Drain returns the shutdown drain bound.
-func (c *config) Drain() time.Duration { return time.Duration(c.DrainSeconds) * time.Second }
+func (c *Config) Drain() time.Duration { return time.Duration(c.DrainSeconds) * time.Second }
 
-// program describes the worker binary for service.Main.
-func program() service.Program {
-	cfg := &config{}
+// Program describes the worker binary for service.Main.
+func Program() service.Program {
+	cfg := &Config{}
 	return service.Program{
 		Name:    name,
 		Summary: "chatd worker: acquires chats and drives their agent loops; serves chatd.v1.PartsService.",
 		Config:  cfg,
 		Run: func(ctx context.Context, log *slog.Logger) error {
-			return run(ctx, cfg, log)
+			return Run(ctx, cfg, log)
 		},
 	}
 }
 
-// run serves the worker until ctx ends, then drains: it stops acquiring,
+// Run serves the worker until ctx ends, then drains: it stops acquiring,
 // lets running turns finish for up to the drain time, and releases every
 // chat it owns to the other replicas.
-func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	advertise, err := service.AdvertiseAddr(cfg.AdvertiseAddr, cfg.GRPCAddr)
 	if err != nil {
 		return err

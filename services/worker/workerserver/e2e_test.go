@@ -1,4 +1,4 @@
-package main
+package workerserver
 
 import (
 	"context"
@@ -48,7 +48,7 @@ func startWorkerAt(t testing.TB, dbURL, natsURL string, drainSeconds int) (stop 
 	require.NoError(t, err)
 	addr = l.Addr().String()
 	require.NoError(t, l.Close())
-	cfg := &config{
+	cfg := &Config{
 		Common: service.Common{
 			DatabaseURL: dbURL, NATSURL: natsURL, GRPCAddr: addr, ShutdownTimeout: 5 * time.Second,
 		},
@@ -57,7 +57,7 @@ func startWorkerAt(t testing.TB, dbURL, natsURL string, drainSeconds int) (stop 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() { done <- Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {

@@ -1,4 +1,4 @@
-package main
+package apiserver
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 // name is the service's short name: its health service is "chatd.v1.api".
 const name = "api"
 
-// config holds the api service's settings.
-type config struct {
+// Config holds the api service's settings.
+type Config struct {
 	service.Common
 	// HTTPAddr is where the REST facade (/api/v2) listens.
 	HTTPAddr string
@@ -31,7 +31,7 @@ type config struct {
 }
 
 // Declare adds the api's settings to v.
-func (c *config) Declare(v *service.Vars) {
+func (c *Config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7001")
 	v.Addr(&c.HTTPAddr, "CHATD_HTTP_ADDR", ":8080",
 		"host:port the REST facade (/api/v2) and /healthz listen on.", false)
@@ -53,21 +53,21 @@ func (c *config) Declare(v *service.Vars) {
 	})
 }
 
-// program describes the api binary for service.Main.
-func program() service.Program {
-	cfg := &config{}
+// Program describes the api binary for service.Main.
+func Program() service.Program {
+	cfg := &Config{}
 	return service.Program{
 		Name:    name,
 		Summary: "chatd api: chatd.v1.ChatService over gRPC and its REST facade at /api/v2.",
 		Config:  cfg,
 		Run: func(ctx context.Context, log *slog.Logger) error {
-			return run(ctx, cfg, log)
+			return Run(ctx, cfg, log)
 		},
 	}
 }
 
-// run serves the api until ctx ends.
-func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+// Run serves the api until ctx ends.
+func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	return chatapi.Serve(ctx, chatapi.AppConfig{
 		Config:                chatapi.Config{MaxMessageBytes: cfg.MaxMessageBytes, MaxQueuedMessages: cfg.MaxQueuedMessages},
 		DatabaseURL:           cfg.DatabaseURL,

@@ -1,4 +1,4 @@
-package main
+package relayserver
 
 import (
 	"context"
@@ -22,8 +22,8 @@ var errNoDatabase = errors.New("CHATD_DATABASE_URL is required: the relay finds 
 // name is the service's short name: its health service is "chatd.v1.relay".
 const name = "relay"
 
-// config holds the relay's settings.
-type config struct {
+// Config holds the relay's settings.
+type Config struct {
 	service.Common
 	// AdvertiseAddr is the RelayService address other services dial; empty
 	// means derived from GRPCAddr (see service.AdvertiseAddr).
@@ -31,7 +31,7 @@ type config struct {
 }
 
 // Declare adds the relay's settings to v.
-func (c *config) Declare(v *service.Vars) {
+func (c *Config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7004")
 	v.Addr(&c.AdvertiseAddr, "CHATD_ADVERTISE_ADDR", "",
 		"host:port other services dial for this relay; empty derives it from CHATD_GRPC_ADDR (an empty host becomes the hostname).", true)
@@ -43,21 +43,21 @@ func (c *config) Declare(v *service.Vars) {
 	})
 }
 
-// program describes the relay binary for service.Main.
-func program() service.Program {
-	cfg := &config{}
+// Program describes the relay binary for service.Main.
+func Program() service.Program {
+	cfg := &Config{}
 	return service.Program{
 		Name:    name,
 		Summary: "chatd relay: chatd.v1.RelayService, forwarding live message parts from the owning worker to stream loops.",
 		Config:  cfg,
 		Run: func(ctx context.Context, log *slog.Logger) error {
-			return run(ctx, cfg, log)
+			return Run(ctx, cfg, log)
 		},
 	}
 }
 
-// run serves the relay until ctx ends.
-func run(ctx context.Context, cfg *config, log *slog.Logger) error {
+// Run serves the relay until ctx ends.
+func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	advertise, err := service.AdvertiseAddr(cfg.AdvertiseAddr, cfg.GRPCAddr)
 	if err != nil {
 		return err

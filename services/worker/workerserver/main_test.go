@@ -1,0 +1,9 @@
+package workerserver
+
+import (
+	"testing"
+
+	"github.com/chatd/chatd/pkg/db/dbtest"
+)
+
+func TestMain(m *testing.M) { dbtest.Main(m) }
