@@ -25,6 +25,9 @@ type Common struct {
 	// ShutdownTimeout bounds the graceful stop after SIGTERM
 	// (CHATD_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
+	// Embedded, set only by a process hosting several services (chatd dev),
+	// replaces the network edges; it is not a setting.
+	Embedded Embedded
 }
 
 // DeclareCommon adds the common settings to v; grpcAddr is this service's

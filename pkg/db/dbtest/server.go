@@ -2,19 +2,15 @@ package dbtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/chatd/chatd/pkg/db/pgcluster"
 )
 
 // EnvDatabaseURL names the variable that points tests at a Postgres server.
@@ -34,7 +30,7 @@ var (
 	serverOnce sync.Once
 	serverURL  string
 	serverErr  error
-	cluster    *throwawayCluster
+	cluster    *pgcluster.Cluster
 )
 
 // ServerURL returns the admin URL of the Postgres server tests use, in the
@@ -58,7 +54,7 @@ func findServer() (string, error) {
 			return "", fmt.Errorf("%s=throwaway: cannot start a throwaway cluster (install the postgresql package): %w", EnvPostgres, err)
 		}
 		cluster = c
-		return c.url, nil
+		return c.URL, nil
 	default:
 		return "", fmt.Errorf("%s=%q: want throwaway, auto or empty", EnvPostgres, mode)
 	}
@@ -76,7 +72,7 @@ func findServer() (string, error) {
 		return "", fmt.Errorf("no Postgres for tests: set %s, run one on 127.0.0.1:5432, or install the postgresql package so a throwaway cluster can start: %w", EnvDatabaseURL, err)
 	}
 	cluster = c
-	return c.url, nil
+	return c.URL, nil
 }
 
 func ping(url string) error {
@@ -90,45 +86,21 @@ func ping(url string) error {
 	return conn.Ping(ctx)
 }
 
-// throwawayCluster is a private Postgres started for one test process.
-type throwawayCluster struct {
-	dir string // holds data/ (the cluster), log and the Unix socket
-	url string
-	run func(name string, args ...string) *exec.Cmd
-}
-
 // Stop shuts the throwaway cluster down and removes its files. It is a no-op
 // when tests used an existing server.
 func Stop() {
 	if cluster == nil {
 		return
 	}
-	_ = cluster.stop()
+	_ = cluster.Remove()
 	cluster = nil
 }
 
-// stop shuts the cluster down and removes its directory.
-func (c *throwawayCluster) stop() error {
-	var errs []error
-	if out, err := c.run(pgBin("pg_ctl"), "-D", filepath.Join(c.dir, "data"), "-m", "immediate", "-w", "stop").CombinedOutput(); err != nil {
-		errs = append(errs, fmt.Errorf("pg_ctl stop: %v: %s", err, out))
-	}
-	if err := os.RemoveAll(c.dir); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
-
-func startThrowawayCluster() (c *throwawayCluster, err error) {
-	initdb, pgCtl := pgBin("initdb"), pgBin("pg_ctl")
-	for _, bin := range []string{initdb, pgCtl} {
-		if _, err := os.Stat(bin); err != nil {
-			return nil, fmt.Errorf("%s not found on PATH or under /usr/lib/postgresql/*/bin", filepath.Base(bin))
-		}
-	}
-	// The socket path must stay under the kernel's ~107-byte limit, so a
-	// long TMPDIR is not used; as root the directory must also be reachable
-	// by the postgres user, which a private TMPDIR (under /root) is not.
+// startThrowawayCluster starts a private cluster in a new temporary
+// directory. The directory is short (its Unix socket path must stay under
+// the kernel's ~107-byte limit, so a long TMPDIR is not used) and, as root,
+// reachable by the postgres user (a private TMPDIR under /root is not).
+func startThrowawayCluster() (*pgcluster.Cluster, error) {
 	parent := os.TempDir()
 	if len(parent) > 40 || os.Geteuid() == 0 {
 		parent = "/tmp"
@@ -137,96 +109,12 @@ func startThrowawayCluster() (c *throwawayCluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			_ = os.RemoveAll(dir)
-		}
-	}()
-	// Commands run inside dir: as the postgres user the caller's working
-	// directory may be unreadable, which initdb and postgres refuse.
-	run := func(name string, args ...string) *exec.Cmd {
-		cmd := exec.Command(name, args...)
-		cmd.Dir = dir
-		return cmd
-	}
-	// initdb refuses to run as root: run the cluster as the postgres user.
-	if os.Geteuid() == 0 {
-		pg, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root and no postgres user to run initdb as: %w", err)
-		}
-		uid, err := strconv.Atoi(pg.Uid)
-		if err != nil {
-			return nil, fmt.Errorf("postgres user: uid %q: %w", pg.Uid, err)
-		}
-		gid, err := strconv.Atoi(pg.Gid)
-		if err != nil {
-			return nil, fmt.Errorf("postgres user: gid %q: %w", pg.Gid, err)
-		}
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return nil, err
-		}
-		runuser, err := exec.LookPath("runuser")
-		if err != nil {
-			return nil, fmt.Errorf("running as root: runuser is needed to run initdb as the postgres user: %w", err)
-		}
-		run = func(name string, args ...string) *exec.Cmd {
-			cmd := exec.Command(runuser, append([]string{"-u", "postgres", "--", name}, args...)...)
-			cmd.Dir = dir
-			// root's HOME is not the postgres user's; nothing should read it.
-			cmd.Env = append(os.Environ(), "HOME="+dir)
-			return cmd
-		}
-	}
-	port, err := freePort()
+	c, err := pgcluster.Start(dir, pgcluster.Options{Socket: true})
 	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	data := filepath.Join(dir, "data")
-	// A fixed locale keeps initdb independent of the caller's LANG/LC_*
-	// (an uninstalled locale makes it fail) while the encoding stays UTF8.
-	if out, err := run(initdb, "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "--encoding=UTF8", "--locale=C").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %v: %s", err, out)
-	}
-	opts := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300", port, dir)
-	if out, err := run(pgCtl, "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
-		return nil, fmt.Errorf("pg_ctl start: %v: %s %s", err, out, log)
-	}
-	return &throwawayCluster{
-		dir: dir,
-		url: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
-		run: run,
-	}, nil
-}
-
-// pgBin finds a PostgreSQL server binary: on PATH, else Debian's versioned
-// directory (/usr/lib/postgresql/<version>/bin), newest version first.
-func pgBin(name string) string {
-	if p, err := exec.LookPath(name); err == nil {
-		return p
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	best, bestVersion := name, -1
-	for _, d := range dirs {
-		v, err := strconv.Atoi(filepath.Base(filepath.Dir(d)))
-		if err != nil || v <= bestVersion {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(d, name)); err == nil {
-			best, bestVersion = filepath.Join(d, name), v
-		}
-	}
-	return best
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return c, nil
 }
 
 // withDatabase returns url with its database name replaced.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/db/pgcluster"
 )
 
 // TestThrowawayCluster starts a private cluster from the local PostgreSQL
@@ -16,7 +18,7 @@ import (
 // that Stop removes every file it made. It does not run in parallel: it
 // swaps the package's cluster while no other test can use it.
 func TestThrowawayCluster(t *testing.T) {
-	if _, err := os.Stat(pgBin("initdb")); err != nil {
+	if _, err := os.Stat(pgcluster.Bin("initdb")); err != nil {
 		t.Skip("no PostgreSQL binaries (initdb) on PATH or under /usr/lib/postgresql/*/bin")
 	}
 	start := time.Now()
@@ -25,14 +27,14 @@ func TestThrowawayCluster(t *testing.T) {
 	stopped := false
 	t.Cleanup(func() {
 		if !stopped {
-			_ = c.stop()
+			_ = c.Remove()
 		}
 	})
-	require.DirExists(t, filepath.Join(c.dir, "data"))
+	require.DirExists(t, filepath.Join(c.Dir, "data"))
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, c.url)
+	conn, err := pgx.Connect(ctx, c.URL)
 	require.NoError(t, err)
 	var one int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
@@ -51,8 +53,8 @@ func TestThrowawayCluster(t *testing.T) {
 	require.Nil(t, cluster)
 	cluster = prev
 
-	require.NoDirExists(t, c.dir, "Stop must remove the cluster's directory")
-	_, err = pgx.Connect(ctx, c.url)
+	require.NoDirExists(t, c.Dir, "Stop must remove the cluster's directory")
+	_, err = pgx.Connect(ctx, c.URL)
 	require.Error(t, err, "the cluster must no longer accept connections")
 	t.Logf("throwaway cluster: start, query and stop in %s", time.Since(start).Round(time.Millisecond))
 }

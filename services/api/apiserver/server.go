@@ -76,6 +76,8 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		RequiresActionTimeout: cfg.RequiresActionTimeout,
 		GRPCAddr:              cfg.GRPCAddr,
 		HTTPAddr:              cfg.HTTPAddr,
+		GRPCListener:          cfg.Embedded.GRPCListener,
+		HTTPListener:          cfg.Embedded.HTTPListener,
 		ShutdownTimeout:       cfg.ShutdownTimeout,
 		Log:                   log,
 	})

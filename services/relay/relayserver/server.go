@@ -72,7 +72,8 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	defer pool.Close()
 
-	srv := relay.New(relay.Options{Resolver: relay.DBResolver{Q: queries.New(pool)}, Logger: log})
+	srv := relay.New(relay.Options{Resolver: relay.DBResolver{Q: queries.New(pool)}, Logger: log,
+		DialOptions: cfg.Embedded.DialOptions})
 	// The relay's calls never end by themselves: end them when shutdown
 	// begins, so that the graceful stop does not wait for its timeout.
 	go func() {
@@ -83,6 +84,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	return service.Run(ctx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,
+		GRPCListener:    cfg.Embedded.GRPCListener,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
 		Register: func(s *grpc.Server, _ *http.ServeMux) error {

@@ -90,7 +90,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	defer nc.Close()
 	poller := &streamhttp.Poller{Pool: pool, Log: log}
 	go poller.Run(ctx)
-	relay := relayfwd.NewClient(cfg.RelayAddr)
+	relay := relayfwd.NewClient(cfg.RelayAddr, cfg.Embedded.DialOptions...)
 	defer relay.Close() //nolint:errcheck // shutting down
 	srv := &streamhttp.Server{Pool: pool, NATS: nc, Verifier: verifier, Log: log, Poller: poller, Done: ctx.Done(),
 		Parts: func(chatID uuid.UUID) streamloop.Parts { return relay.New(chatID) }}
@@ -98,6 +98,8 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,
 		HTTPAddr:        cfg.HTTPAddr,
+		GRPCListener:    cfg.Embedded.GRPCListener,
+		HTTPListener:    cfg.Embedded.HTTPListener,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log.With("relay_addr", cfg.RelayAddr),
 		Register: func(_ *grpc.Server, mux *http.ServeMux) error {

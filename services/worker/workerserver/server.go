@@ -242,6 +242,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	err = service.Run(serveCtx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,
+		GRPCListener:    cfg.Embedded.GRPCListener,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
 		Register: func(s *grpc.Server, _ *http.ServeMux) error {

@@ -1,0 +1,186 @@
+// Package pgcluster starts a private PostgreSQL cluster from the local
+// server binaries (Debian's postgresql package): the throwaway cluster of
+// the tests, and the kept cluster of `chatd dev` under .chatd/.
+package pgcluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+)
+
+// Cluster is a running PostgreSQL server whose data lives in Dir/data.
+type Cluster struct {
+	// Dir holds data/ (the cluster), log and, when Options.Socket is set,
+	// the Unix socket.
+	Dir string
+	// URL is the superuser's connection URL (database postgres, trust auth).
+	URL string
+	run func(name string, args ...string) *exec.Cmd
+}
+
+// Options tunes Start.
+type Options struct {
+	// Durable keeps fsync and full-page writes on (a kept cluster);
+	// otherwise they are off, as a throwaway cluster wants.
+	Durable bool
+	// Socket also listens on a Unix socket in Dir; its path must stay
+	// under the kernel's ~107-byte limit, so callers only set it for
+	// short directories.
+	Socket bool
+	// MaxConnections defaults to 300.
+	MaxConnections int
+}
+
+// Start starts the cluster in dir, creating it with initdb when dir/data
+// does not hold one yet, on a free 127.0.0.1 port. A server left running
+// in dir by a process that died is stopped first. As root the cluster runs
+// as the postgres user (initdb refuses root), so dir is chowned to it.
+func Start(dir string, opts Options) (c *Cluster, err error) {
+	initdb, pgCtl := Bin("initdb"), Bin("pg_ctl")
+	for _, bin := range []string{initdb, pgCtl} {
+		if _, err := os.Stat(bin); err != nil {
+			return nil, fmt.Errorf("%s not found on PATH or under /usr/lib/postgresql/*/bin (install the postgresql package)", filepath.Base(bin))
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	run, err := runner(dir)
+	if err != nil {
+		return nil, err
+	}
+	data := filepath.Join(dir, "data")
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
+		// A fixed locale keeps initdb independent of the caller's
+		// LANG/LC_* (an uninstalled locale makes it fail) while the
+		// encoding stays UTF8.
+		if out, err := run(initdb, "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "--encoding=UTF8", "--locale=C").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("initdb: %v: %s", err, out)
+		}
+	} else if run(pgCtl, "-D", data, "status").Run() == nil {
+		// Left running by a process that died: its port is unknown to us.
+		if out, err := run(pgCtl, "-D", data, "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("pg_ctl stop (a server left running in %s): %v: %s", data, err, out)
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	socketDir := "''"
+	if opts.Socket {
+		socketDir = dir
+	}
+	maxConns := opts.MaxConnections
+	if maxConns == 0 {
+		maxConns = 300
+	}
+	settings := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s -c max_connections=%d", port, socketDir, maxConns)
+	if !opts.Durable {
+		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+	}
+	logFile := filepath.Join(dir, "log")
+	if out, err := run(pgCtl, "-D", data, "-o", settings, "-l", logFile, "-w", "start").CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(logFile)
+		return nil, fmt.Errorf("pg_ctl start: %v: %s %s", err, out, log)
+	}
+	return &Cluster{
+		Dir: dir,
+		URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
+		run: run,
+	}, nil
+}
+
+// Stop shuts the server down (fast: open sessions are ended, data is kept).
+func (c *Cluster) Stop() error {
+	if out, err := c.run(Bin("pg_ctl"), "-D", filepath.Join(c.Dir, "data"), "-m", "fast", "-w", "stop").CombinedOutput(); err != nil {
+		return fmt.Errorf("pg_ctl stop: %v: %s", err, out)
+	}
+	return nil
+}
+
+// Remove shuts the server down at once and deletes Dir.
+func (c *Cluster) Remove() error {
+	var errs []error
+	if out, err := c.run(Bin("pg_ctl"), "-D", filepath.Join(c.Dir, "data"), "-m", "immediate", "-w", "stop").CombinedOutput(); err != nil {
+		errs = append(errs, fmt.Errorf("pg_ctl stop: %v: %s", err, out))
+	}
+	if err := os.RemoveAll(c.Dir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// runner returns how to run the server's commands: inside dir (as the
+// postgres user the caller's working directory may be unreadable), and as
+// root through runuser as the postgres user, with dir chowned to it.
+func runner(dir string) (func(name string, args ...string) *exec.Cmd, error) {
+	if os.Geteuid() != 0 {
+		return func(name string, args ...string) *exec.Cmd {
+			cmd := exec.Command(name, args...)
+			cmd.Dir = dir
+			return cmd
+		}, nil
+	}
+	pg, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root and no postgres user to run the cluster as: %w", err)
+	}
+	uid, err := strconv.Atoi(pg.Uid)
+	if err != nil {
+		return nil, fmt.Errorf("postgres user: uid %q: %w", pg.Uid, err)
+	}
+	gid, err := strconv.Atoi(pg.Gid)
+	if err != nil {
+		return nil, fmt.Errorf("postgres user: gid %q: %w", pg.Gid, err)
+	}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return nil, err
+	}
+	runuser, err := exec.LookPath("runuser")
+	if err != nil {
+		return nil, fmt.Errorf("running as root: runuser is needed to run the cluster as the postgres user: %w", err)
+	}
+	return func(name string, args ...string) *exec.Cmd {
+		cmd := exec.Command(runuser, append([]string{"-u", "postgres", "--", name}, args...)...)
+		cmd.Dir = dir
+		// root's HOME is not the postgres user's; nothing should read it.
+		cmd.Env = append(os.Environ(), "HOME="+dir)
+		return cmd
+	}, nil
+}
+
+// Bin finds a PostgreSQL server binary: on PATH, else Debian's versioned
+// directory (/usr/lib/postgresql/<version>/bin), newest version first.
+func Bin(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	best, bestVersion := name, -1
+	for _, d := range dirs {
+		v, err := strconv.Atoi(filepath.Base(filepath.Dir(d)))
+		if err != nil || v <= bestVersion {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(d, name)); err == nil {
+			best, bestVersion = filepath.Join(d, name), v
+		}
+	}
+	return best
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

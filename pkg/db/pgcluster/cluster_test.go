@@ -1,0 +1,53 @@
+package pgcluster_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/db/pgcluster"
+)
+
+// TestKeptClusterSurvivesARestart: what `chatd dev` relies on — a cluster
+// stopped and started again in the same directory keeps its data, and a
+// server left running (a process that died) is taken over.
+func TestKeptClusterSurvivesARestart(t *testing.T) {
+	if _, err := os.Stat(pgcluster.Bin("initdb")); err != nil {
+		t.Fatalf("the PostgreSQL server binaries are needed (apt-get install postgresql): %v", err)
+	}
+	dir, err := os.MkdirTemp("/tmp", "chatd-pgc-")
+	require.NoError(t, err)
+	ctx := context.Background()
+
+	c, err := pgcluster.Start(dir, pgcluster.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Remove() })
+	exec := func(c *pgcluster.Cluster, sql string) {
+		conn, err := pgx.Connect(ctx, c.URL)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	exec(c, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)")
+	require.NoError(t, c.Stop())
+
+	// Start twice without a stop in between: the second start finds the
+	// first one's server running and restarts it.
+	c1, err := pgcluster.Start(dir, pgcluster.Options{})
+	require.NoError(t, err)
+	c2, err := pgcluster.Start(dir, pgcluster.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c2.Remove() })
+	conn, err := pgx.Connect(ctx, c2.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var v int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT v FROM kept").Scan(&v))
+	require.Equal(t, 42, v)
+	_, err = pgx.Connect(ctx, c1.URL)
+	require.Error(t, err, "the first server was stopped by the second start")
+}
