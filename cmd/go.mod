@@ -11,6 +11,13 @@ require (
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/chatd/chatd/services/api v0.0.0
+	github.com/chatd/chatd/services/relay v0.0.0
+	github.com/chatd/chatd/services/stream v0.0.0
+	github.com/chatd/chatd/services/worker v0.0.0
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/chromedp/chromedp v0.23.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260623181947-01eb4420fa68 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
@@ -40,3 +47,11 @@ require (
 )
 
 replace github.com/chatd/chatd/pkg => ../pkg
+
+replace github.com/chatd/chatd/services/api => ../services/api
+
+replace github.com/chatd/chatd/services/worker => ../services/worker
+
+replace github.com/chatd/chatd/services/stream => ../services/stream
+
+replace github.com/chatd/chatd/services/relay => ../services/relay

@@ -2,18 +2,82 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"strings"
+
+	"github.com/chatd/chatd/cmd/internal/devstack"
 )
 
-// devCommand is the all-in-one dev stack. Until its issue lands it fails
-// honestly, so `make dev` does too.
+// devCommand runs the all-in-one dev stack (`make dev`).
 func devCommand() *command {
 	return &command{
 		name:    "dev",
-		summary: "Run everything in one process (not yet available).",
-		run: func(_ context.Context, e *env, _ []string) int {
-			fmt.Fprintln(e.stderr, "chatd dev arrives with a later issue (see README)")
-			return exitFailed
-		},
+		summary: "Run the whole stack in one process on embedded defaults (make dev).",
+		run:     runDev,
 	}
+}
+
+func runDev(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("chatd dev", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	httpAddr := fs.String("http", envOr(e, "CHATD_DEV_HTTP_ADDR", "127.0.0.1:8080"), "host:port everything is served on (env CHATD_DEV_HTTP_ADDR).")
+	dataDir := fs.String("data", envOr(e, "CHATD_DEV_DATA_DIR", ".chatd"), "Directory kept between runs: the Postgres cluster, the auth secret, the dev token (env CHATD_DEV_DATA_DIR).")
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: chatd dev [--http 127.0.0.1:8080] [--data .chatd]\n\n")
+		fmt.Fprintf(w, "Runs api, worker, relay and stream in one process with an in-process NATS\n")
+		fmt.Fprintf(w, "server. Postgres comes from CHATD_DATABASE_URL, else a cluster kept in the\n")
+		fmt.Fprintf(w, "data directory. The scripted model is the default; OPENAI_API_KEY (and/or\n")
+		fmt.Fprintf(w, "OPENAI_BASE_URL) or ANTHROPIC_API_KEY add a real provider and make it the\n")
+		fmt.Fprintf(w, "default (CHATD_DEV_OPENAI_MODEL, CHATD_DEV_ANTHROPIC_MODEL choose the model).\n")
+		fmt.Fprintf(w, "Every service's CHATD_* setting applies. Ctrl-C stops everything.\n\nFlags:\n")
+		fs.VisitAll(func(f *flag.Flag) { fmt.Fprintf(w, "  --%-5s %s\n", f.Name, f.Usage) })
+	}
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		usage(e.stdout)
+		return exitOK
+	} else if err != nil || fs.NArg() > 0 {
+		if err == nil {
+			err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		}
+		fmt.Fprintf(e.stderr, "chatd dev: %s.\n", err)
+		usage(e.stderr)
+		return exitUsage
+	}
+
+	cfg := devstack.Config{
+		DataDir:     *dataDir,
+		DatabaseURL: e.getenv("CHATD_DATABASE_URL"),
+		HTTPAddr:    *httpAddr,
+		Getenv:      e.getenv,
+		Log:         devstack.NewLoggerTo(e.stderr, e.getenv),
+		UI:          webUI(),
+	}
+	fmt.Fprintln(e.stderr, "chatd dev: starting (Postgres, NATS, migrations, api, worker, relay, stream)...")
+	err := devstack.Run(ctx, cfg, func(r devstack.Ready) {
+		fmt.Fprintf(e.stdout, "chatd dev is ready.\n\n  Open:   %s/#token=%s\n  API:    %s/api/v2 (OpenAPI: %s/api/v2/openapi.json)\n  Token:  %s (also in %s)\n",
+			r.URL, r.Token, r.URL, r.URL, r.Token, r.TokenFile)
+		if len(r.Providers) > 0 {
+			fmt.Fprintf(e.stdout, "  Models: %s (default), scripted\n", strings.Join(r.Providers, ", "))
+		} else {
+			fmt.Fprintf(e.stdout, "  Models: scripted (set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real one)\n")
+		}
+		fmt.Fprintf(e.stdout, "\nTry: CHATD_URL=%s CHATD_TOKEN=$(cat %s) chatd chat new \"::stream 20 50\"\nCtrl-C stops everything.\n", r.URL, r.TokenFile)
+	})
+	if err != nil {
+		fmt.Fprintf(e.stderr, "chatd dev: %s\n", err)
+		return exitFailed
+	}
+	fmt.Fprintln(e.stderr, "chatd dev: stopped.")
+	return exitOK
+}
+
+// envOr is the variable's value, or def when it is empty.
+func envOr(e *env, key, def string) string {
+	if v := e.getenv(key); v != "" {
+		return v
+	}
+	return def
 }

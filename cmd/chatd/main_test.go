@@ -40,10 +40,3 @@ func TestUsage(t *testing.T) {
 	require.Contains(t, stderr, `chatd: unknown command "frobnicate".`)
 	require.Contains(t, stderr, "Usage: chatd <command>")
 }
-
-func TestDevIsNotYetAvailable(t *testing.T) {
-	t.Parallel()
-	code, _, stderr := cli(t, nil, "dev")
-	require.Equal(t, exitFailed, code)
-	require.Equal(t, "chatd dev arrives with a later issue (see README)\n", stderr)
-}
