@@ -75,12 +75,30 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg})
 }
 
+// TokenParam is the query parameter that carries the bearer token when the
+// client cannot send an Authorization header: browsers' WebSocket and
+// EventSource APIs cannot. The header wins when both are present.
+const TokenParam = "access_token"
+
+// requestToken is the request's bearer token, from the Authorization
+// header or else the access_token query parameter.
+func requestToken(r *http.Request) (string, error) {
+	if h := r.Header.Get("Authorization"); h != "" || !r.URL.Query().Has(TokenParam) {
+		return auth.FromAuthorizationHeader(h)
+	}
+	token := strings.TrimSpace(r.URL.Query().Get(TokenParam))
+	if token == "" {
+		return "", errors.New("the access_token query parameter is empty; send a bearer token there or in the Authorization header")
+	}
+	return token, nil
+}
+
 // ServeHTTP authenticates, owner-checks and validates the cursor, then runs
 // the stream until the client leaves, the chat disappears or the service
 // stops.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	token, err := auth.FromAuthorizationHeader(r.Header.Get("Authorization"))
+	token, err := requestToken(r)
 	var claims auth.Claims
 	if err == nil {
 		claims, err = s.Verifier.Verify(ctx, token)

@@ -370,6 +370,24 @@ func TestWebSocket(t *testing.T) {
 	defer ws2.CloseNow() //nolint:errcheck
 	ws = ws2
 	require.Equal(t, []string{"message:user:again", "status:running"}, summaries([]sseEvent{read(), read()}))
+	ws2.Close(websocket.StatusNormalClosure, "") //nolint:errcheck
+
+	// A browser cannot set headers on a WebSocket: the token may come as
+	// ?access_token=, with the cursor beside it.
+	ws3, _, err := websocket.Dial(ctx, url+"?access_token="+e.token+"&cursor="+b.ID, nil)
+	require.NoError(t, err)
+	defer ws3.CloseNow() //nolint:errcheck
+	ws = ws3
+	require.Equal(t, []string{"message:user:again", "status:running"}, summaries([]sseEvent{read(), read()}))
+	for _, bad := range []string{"?access_token=", "?access_token=not-a-jwt", "?access_token=" + e.tokenFor(uuid.New())} {
+		_, resp, err := websocket.Dial(ctx, url+bad, nil)
+		require.Error(t, err, bad)
+		want := http.StatusUnauthorized
+		if strings.Count(bad, ".") == 2 {
+			want = http.StatusNotFound // a valid token of another user
+		}
+		require.Equal(t, want, resp.StatusCode, bad)
+	}
 }
 
 // TestDroppedNotificationsConvergeViaPoller: no notification is ever
