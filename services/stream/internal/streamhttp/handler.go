@@ -257,7 +257,9 @@ func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, bea
 		defer poll.Stop()
 		pollC = poll.C
 	}
-	evs, err := c.loop.Bootstrap(ctx)
+	// The first read gets the same bounded retries as every later Sync: a
+	// database blip must not end a stream the client just opened.
+	evs, err := retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Bootstrap(ctx) })
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Warn("stream bootstrap", "error", err)
