@@ -50,7 +50,9 @@ type Provider interface {
 type ProviderFunc func(ctx context.Context, chat queries.Chat) ([]Tool, error)
 
 // Tools calls f.
-func (f ProviderFunc) Tools(ctx context.Context, chat queries.Chat) ([]Tool, error) { return f(ctx, chat) }
+func (f ProviderFunc) Tools(ctx context.Context, chat queries.Chat) ([]Tool, error) {
+	return f(ctx, chat)
+}
 
 // Static offers the same tools to every chat.
 func Static(tools ...Tool) Provider {

@@ -43,3 +43,29 @@ func TestToolbox(t *testing.T) {
 	_, err = agenttools.Collect(ctx, queries.Chat{}, []agenttools.Provider{agenttools.Static(echo("a")), agenttools.Static(echo("a"))})
 	require.ErrorContains(t, err, `two tools are named "a"`)
 }
+
+// TestAmbiguousInputNeverRuns: a tool never runs on input that repeats a
+// key, misspells a schema property's case, or is not JSON.
+func TestAmbiguousInputNeverRuns(t *testing.T) {
+	ran := 0
+	read := agenttools.Tool{
+		Spec: llm.ToolSpec{Name: "read_file", InputSchema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}}}`)},
+		Run: func(context.Context, agenttools.Call) (json.RawMessage, bool, error) {
+			ran++
+			return json.RawMessage(`"contents"`), false, nil
+		},
+	}
+	ctx := context.Background()
+	tb, err := agenttools.Collect(ctx, queries.Chat{}, []agenttools.Provider{agenttools.Static(read)})
+	require.NoError(t, err)
+	for _, args := range []string{`{"path":"a","path":"b"}`, `{"PATH":"a"}`, `{"path":`} {
+		out, isErr := tb.Run(ctx, "c", "read_file", json.RawMessage(args))
+		require.True(t, isErr, args)
+		require.Contains(t, string(out), "error", args)
+	}
+	require.Zero(t, ran, "the tool never ran on ambiguous input")
+	out, isErr := tb.Run(ctx, "c", "read_file", json.RawMessage(`{"path":"a"}`))
+	require.False(t, isErr)
+	require.JSONEq(t, `"contents"`, string(out))
+	require.Equal(t, 1, ran)
+}
