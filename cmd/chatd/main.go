@@ -1,7 +1,7 @@
-// Command chatd is the developer CLI: it migrates the database today, and
-// later runs the all-in-one dev stack and prints tokens. Each subcommand
-// lives in its own file (migrate.go, dev.go, ...) and is listed in
-// commands.
+// Command chatd is the developer CLI: it migrates the database, runs the
+// all-in-one dev stack, prints tokens, and talks to a running chatd (chatd
+// chat ...). Each subcommand lives in its own file (migrate.go, dev.go,
+// chat.go, ...) and is listed in commands.
 package main
 
 import (
@@ -23,6 +23,7 @@ const (
 // env is what a subcommand may use of its surroundings, so tests can run
 // the CLI in-process.
 type env struct {
+	stdin  io.Reader // nil: no standard input
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
@@ -41,12 +42,12 @@ type command struct {
 
 // commands lists every subcommand in the order usage shows them.
 func commands() []*command {
-	return []*command{migrateCommand(), devCommand(), tokenCommand()}
+	return []*command{migrateCommand(), devCommand(), tokenCommand(), chatCommand()}
 }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], &env{stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
+	code := run(ctx, os.Args[1:], &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv})
 	stop()
 	os.Exit(code)
 }

@@ -1,7 +1,10 @@
 package main
 
-import "net/http"
+import (
+	"net/http"
 
-// webUI is the handler of "/" in the dev stack: nil until the web UI lands
-// (the stack then serves a short text page).
-func webUI() http.Handler { return nil }
+	"github.com/chatd/chatd/pkg/webui"
+)
+
+// webUI is the handler of "/" in the dev stack: the embedded web chat UI.
+func webUI() http.Handler { return webui.Handler() }

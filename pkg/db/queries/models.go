@@ -296,6 +296,19 @@ type Chat struct {
 	UpdatedAt                time.Time
 }
 
+type ChatFile struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	OwnerID        uuid.UUID
+	ChatID         *uuid.UUID
+	Name           string
+	MediaType      string
+	Size           int64
+	Data           []byte
+	CreatedAt      time.Time
+	LinkedAt       *time.Time
+}
+
 type ChatHeartbeat struct {
 	ChatID      uuid.UUID
 	RunnerID    uuid.UUID

@@ -47,6 +47,7 @@ type script struct {
 	fail     *failure
 	stall    bool
 	usage    *llm.Usage
+	files    bool // ::files
 }
 
 // parse reads a user message: each line that starts with "::" (after
@@ -132,6 +133,8 @@ func (s *script) directive(line string) error {
 			f.first = n
 		}
 		s.fail = f
+	case "files":
+		s.files = true
 	case "stall":
 		if len(args) != 0 {
 			return fmt.Errorf("::stall takes no arguments")
@@ -148,7 +151,7 @@ func (s *script) directive(line string) error {
 		}
 		s.usage = &llm.Usage{PromptTokens: p, OutputTokens: o}
 	default:
-		return fmt.Errorf("unknown directive ::%s (know ::reply, ::stream, ::think, ::tool, ::fail, ::stall, ::usage)", name)
+		return fmt.Errorf("unknown directive ::%s (know ::reply, ::stream, ::think, ::tool, ::fail, ::stall, ::usage, ::files)", name)
 	}
 	return nil
 }

@@ -2,9 +2,9 @@
 // randomness, every worker path reachable on command. It is the default
 // model of a fresh install and the test double of the worker.
 //
-// It reads the last user message. Each line that starts with "::" is a
-// directive; all other text is echoed back as "echo: <text>" (the
-// non-directive lines joined, trimmed).
+// It reads the last user message (each text part a line of its own). Each
+// line that starts with "::" is a directive; all other text is echoed back
+// as "echo: <text>" (the non-directive lines joined, trimmed).
 //
 //	::reply <text>              answer exactly <text>
 //	::stream <n> <rate>         answer "tok1 tok2 … tokn", one delta per token,
@@ -18,6 +18,10 @@
 //	::stall                     open the stream and never produce a token
 //	                            (until the context ends)
 //	::usage <prompt> <output>   report that token usage for the response
+//	::files                     answer with a line per attachment the
+//	                            prompt's user messages carry: "file <name>
+//	                            (<media type>, <n> bytes)" as loaded through
+//	                            Request.Files, or an expired placeholder
 //
 // Combinations: the response is the reasoning part (every ::think line,
 // joined with newlines), then one text part (the ::reply, ::stream and echo
@@ -116,6 +120,9 @@ func (m *Model) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Event
 		if err != nil {
 			yield(llm.Event{}, llm.NewFatal(err))
 			return
+		}
+		if s.files {
+			s.segments = append(s.segments, segment{kind: segReply, text: describeFiles(ctx, req)})
 		}
 		attempt := max(req.Attempt, 1)
 		if s.fail.failsOn(attempt) {
@@ -246,7 +253,15 @@ func (e *emitter) text(segs []segment) (wrote, ok bool) {
 func lastUserText(msgs []llm.Message) string {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == llm.RoleUser && hasText(msgs[i].Parts) {
-			return chatmsg.Content(msgs[i].Parts).PlainText()
+			// Each text part is its own line, so a directive is never glued
+			// to the text of a part after it (an attachment's placeholder).
+			var lines []string
+			for _, p := range msgs[i].Parts {
+				if p.Type == chatmsg.PartText {
+					lines = append(lines, p.Text)
+				}
+			}
+			return strings.Join(lines, "\n")
 		}
 	}
 	return ""
@@ -314,4 +329,34 @@ func promptWords(req llm.Request) int64 {
 		}
 	}
 	return n
+}
+
+// describeFiles is the ::files answer: the prompt's attachments as the
+// model receives them.
+func describeFiles(ctx context.Context, req llm.Request) string {
+	var lines []string
+	for _, m := range req.Messages {
+		if m.Role != llm.RoleUser {
+			continue
+		}
+		for _, p := range m.Parts {
+			switch {
+			case p.Type == chatmsg.PartFile && req.Files == nil:
+				lines = append(lines, fmt.Sprintf("file %s (%s, not loadable)", p.Name, p.MediaType))
+			case p.Type == chatmsg.PartFile:
+				data, err := req.Files.LoadFile(ctx, p.FileID)
+				if err != nil {
+					lines = append(lines, fmt.Sprintf("file %s (%s, unavailable: %v)", p.Name, p.MediaType, err))
+				} else {
+					lines = append(lines, fmt.Sprintf("file %s (%s, %d bytes)", p.Name, p.MediaType, len(data)))
+				}
+			case p.Type == chatmsg.PartText && strings.HasPrefix(p.Text, "[The attachment"):
+				lines = append(lines, p.Text)
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return "no files"
+	}
+	return strings.Join(lines, "\n")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -75,9 +76,9 @@ func TestEcho(t *testing.T) {
 	}}
 	require.Equal(t, "echo: new", collect(t, m, r).Content.PlainText())
 
-	// Text parts of the message are concatenated.
+	// Text parts of the message are its lines, in order.
 	r = llm.Request{Messages: []llm.Message{{Role: llm.RoleUser, Parts: []chatmsg.Part{chatmsg.Text("a"), {Type: chatmsg.PartFile, FileID: "f"}, chatmsg.Text("b")}}}}
-	require.Equal(t, "echo: ab", collect(t, m, r).Content.PlainText())
+	require.Equal(t, "echo: a\nb", collect(t, m, r).Content.PlainText())
 
 	// No user message: an empty answer.
 	resp = collect(t, m, llm.Request{System: "sys"})
@@ -437,4 +438,30 @@ func TestOpen(t *testing.T) {
 	cfg.ProviderID = uuid.New()
 	_, err = llm.Open(p, cfg)
 	require.Error(t, err)
+}
+
+type memFiles map[string][]byte
+
+func (f memFiles) LoadFile(_ context.Context, id string) ([]byte, error) {
+	if b, ok := f[id]; ok {
+		return b, nil
+	}
+	return nil, fmt.Errorf("no file %s", id)
+}
+
+// TestFilesDirective: ::files reports the attachments the model receives.
+func TestFilesDirective(t *testing.T) {
+	req := llm.Request{
+		Files: memFiles{"f1": []byte("hello")},
+		Messages: []llm.Message{
+			{Role: llm.RoleUser, Parts: []chatmsg.Part{
+				{Type: chatmsg.PartFile, FileID: "f1", Name: "a.txt", MediaType: "text/plain"},
+				chatmsg.Text("[The attachment \"b.png\" has expired: its content is no longer available.]"),
+			}},
+			{Role: llm.RoleUser, Parts: []chatmsg.Part{chatmsg.Text("::files")}},
+		},
+	}
+	resp, err := llm.Collect(scripted.New().Stream(context.Background(), req))
+	require.NoError(t, err)
+	require.Equal(t, "file a.txt (text/plain, 5 bytes)\n[The attachment \"b.png\" has expired: its content is no longer available.]", resp.Content.PlainText())
 }

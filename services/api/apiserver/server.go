@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/services/api/internal/chatapi"
@@ -26,6 +27,9 @@ type Config struct {
 	// MaxMessageBytes and MaxQueuedMessages are the input limits.
 	MaxMessageBytes   int
 	MaxQueuedMessages int
+	// MaxAttachmentsPerChat and MaxAttachmentBytes bound attachments.
+	MaxAttachmentsPerChat int
+	MaxAttachmentBytes    int
 	// RequiresActionTimeout is the dynamic-tool deadline.
 	RequiresActionTimeout time.Duration
 }
@@ -43,6 +47,10 @@ func (c *Config) Declare(v *service.Vars) {
 		"Largest message text accepted, in bytes (413 beyond it).")
 	v.Int(&c.MaxQueuedMessages, "CHATD_MAX_QUEUED_MESSAGES", chatapi.DefaultMaxQueuedMessages, 1,
 		"Most messages a chat may have queued (409 beyond it).")
+	v.Int(&c.MaxAttachmentsPerChat, "CHATD_MAX_ATTACHMENTS_PER_CHAT", chatfiles.DefaultMaxPerChat, 1,
+		"Most files a chat holds; attaching more evicts the chat's earliest uploads (their messages show them as expired).")
+	v.Int(&c.MaxAttachmentBytes, "CHATD_MAX_ATTACHMENT_BYTES", chatapi.DefaultMaxAttachmentBytes, 1,
+		"Largest upload accepted by POST /api/v2/files, in bytes (413 beyond it).")
 	v.Duration(&c.RequiresActionTimeout, "CHATD_REQUIRES_ACTION_TIMEOUT", chatstate.DefaultRequiresActionTimeout,
 		"How long a chat waits for dynamic tool results before the worker cancels the calls.")
 	v.Check(func() error {
@@ -69,7 +77,10 @@ func Program() service.Program {
 // Run serves the api until ctx ends.
 func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	return chatapi.Serve(ctx, chatapi.AppConfig{
-		Config:                chatapi.Config{MaxMessageBytes: cfg.MaxMessageBytes, MaxQueuedMessages: cfg.MaxQueuedMessages},
+		Config: chatapi.Config{
+			MaxMessageBytes: cfg.MaxMessageBytes, MaxQueuedMessages: cfg.MaxQueuedMessages,
+			MaxAttachmentsPerChat: cfg.MaxAttachmentsPerChat, MaxAttachmentBytes: int64(cfg.MaxAttachmentBytes),
+		},
 		DatabaseURL:           cfg.DatabaseURL,
 		NATSURL:               cfg.NATSURL,
 		Auth:                  auth.Config{Secret: []byte(cfg.AuthSecret), JWKSURL: cfg.JWKSURL},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/notify"
@@ -78,7 +79,11 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 			grpc.ChainUnaryInterceptor(verifier.UnaryServerInterceptor()),
 			grpc.ChainStreamInterceptor(verifier.StreamServerInterceptor()),
 		},
-		Register: func(s *grpc.Server, _ *http.ServeMux) error {
+		Register: func(s *grpc.Server, mux *http.ServeMux) error {
+			if mux != nil {
+				files := &FilesHandler{Q: queries.New(pool), Verifier: verifier, MaxBytes: srv.maxAttachmentBytes(), Log: log}
+				files.Register(mux)
+			}
 			chatdv1.RegisterChatServiceServer(s, srv)
 			return nil
 		},

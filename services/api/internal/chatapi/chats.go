@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
@@ -64,6 +65,9 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 		return nil, s.modelError(ctx, err)
 	}
 	p.ModelConfigID = &model.ID
+	if content, err = chatfiles.Describe(ctx, s.q, c.UserID, content); err != nil {
+		return nil, s.fail(ctx, err)
+	}
 	if p.SystemPrompt != "" {
 		p.Messages = append(p.Messages, chatstate.NewMessage{Role: chatstate.RoleSystem, Content: chatmsg.Content{chatmsg.Text(p.SystemPrompt)}})
 	}
@@ -82,6 +86,9 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 	}
 	var resp *chatdv1.CreateChatResponse
 	p.InTx = func(ctx context.Context, tx *chatstate.Tx) error {
+		if _, err := s.linkFiles(ctx, tx, content); err != nil {
+			return err
+		}
 		chat, err := chatToProto(tx.Chat())
 		if err != nil {
 			return err

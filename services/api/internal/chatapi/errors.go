@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatstate"
 )
 
@@ -76,6 +77,8 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return statusError(codes.FailedPrecondition, ReasonFamilyArchived, sentence(err, chatstate.ErrFamilyArchived))
 	case errors.Is(err, chatstate.ErrInvalidArgument):
 		return status.Error(codes.InvalidArgument, sentence(err, chatstate.ErrInvalidArgument))
+	case errors.Is(err, chatfiles.ErrUnavailable), errors.Is(err, chatfiles.ErrTooMany):
+		return statusError(codes.InvalidArgument, ReasonAttachmentUnavailable, err.Error())
 	case errors.Is(err, chatstate.ErrFenced):
 		return statusError(codes.Aborted, "", "the chat changed while the request ran; retry it")
 	}

@@ -104,6 +104,11 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 			return statusError(codes.ResourceExhausted, ReasonQueueFull,
 				fmt.Sprintf("the chat already has %d queued messages, the limit; wait for them or delete some", tx.QueueLen()))
 		}
+		linked, err := s.linkFiles(ctx, tx, msg.Content)
+		if err != nil {
+			return err
+		}
+		msg.Content = linked
 		res, err := tx.SendMessage(ctx, msg, chatstate.BusyBehavior(behavior))
 		if err != nil {
 			return err
@@ -187,9 +192,12 @@ func (s *Server) EditMessage(ctx context.Context, req *chatdv1.EditMessageReques
 	}
 	var rows []queries.ChatMessage
 	_, err = s.update(ctx, c, req.GetChatId(), func(tx *chatstate.Tx) error {
-		var err error
+		linked, err := s.linkFiles(ctx, tx, content)
+		if err != nil {
+			return err
+		}
 		rows, err = tx.EditMessage(ctx, req.GetMessageId(), chatstate.NewMessage{
-			Role: chatstate.RoleUser, Content: content, CreatedBy: &c.UserID,
+			Role: chatstate.RoleUser, Content: linked, CreatedBy: &c.UserID,
 			ModelConfigID: modelID, ReasoningEffort: effort,
 		}, nil)
 		return err

@@ -28,6 +28,13 @@ type Config struct {
 	MaxMessageBytes int
 	// MaxQueuedMessages bounds a chat's queue (409 beyond it).
 	MaxQueuedMessages int
+	// MaxAttachmentsPerChat caps the files a chat holds; linking more
+	// evicts the chat's earliest uploads (chatfiles.Link). 0 means
+	// chatfiles.DefaultMaxPerChat.
+	MaxAttachmentsPerChat int
+	// MaxAttachmentBytes bounds one upload; 0 means
+	// DefaultMaxAttachmentBytes.
+	MaxAttachmentBytes int64
 }
 
 // Defaults for Config.
@@ -98,17 +105,23 @@ func (s *Server) caller(ctx context.Context) (auth.Claims, error) {
 	if _, ok := s.seen.Load(key); ok {
 		return c, nil
 	}
-	if err := s.q.OrganizationEnsure(ctx, queries.OrganizationEnsureParams{ID: c.OrganizationID}); err != nil {
-		return c, s.fail(ctx, err)
-	}
-	if err := s.q.UserEnsure(ctx, queries.UserEnsureParams{ID: c.UserID}); err != nil {
-		return c, s.fail(ctx, err)
-	}
-	if err := s.q.OrganizationMemberEnsure(ctx, queries.OrganizationMemberEnsureParams{OrganizationID: c.OrganizationID, UserID: c.UserID}); err != nil {
+	if err := ensureCaller(ctx, s.q, c); err != nil {
 		return c, s.fail(ctx, err)
 	}
 	s.seen.Store(key, true)
 	return c, nil
+}
+
+// ensureCaller creates the caller's organization, user and membership rows
+// unless they exist.
+func ensureCaller(ctx context.Context, q *queries.Queries, c auth.Claims) error {
+	if err := q.OrganizationEnsure(ctx, queries.OrganizationEnsureParams{ID: c.OrganizationID}); err != nil {
+		return err
+	}
+	if err := q.UserEnsure(ctx, queries.UserEnsureParams{ID: c.UserID}); err != nil {
+		return err
+	}
+	return q.OrganizationMemberEnsure(ctx, queries.OrganizationMemberEnsureParams{OrganizationID: c.OrganizationID, UserID: c.UserID})
 }
 
 // errNotYours reads exactly like a missing chat: someone else's chat is not

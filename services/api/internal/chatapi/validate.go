@@ -32,12 +32,14 @@ func parseOptionalID(what string, s *string) (*uuid.UUID, error) {
 }
 
 // userContent validates the parts of a message a user sends and converts
-// them. Users send text; every other part type is produced by models and
-// tools, and file attachments need uploads, which chatd does not offer yet.
-// allowEmpty lets chat creation start an idle chat.
+// them. Users send text and files (a file part names an upload of
+// POST /api/v2/files by file_id; its name and media type are the upload's,
+// filled in when the message is persisted); every other part type is
+// produced by models and tools. allowEmpty lets chat creation start an
+// idle chat.
 func (s *Server) userContent(parts []*chatdv1.MessagePart, allowEmpty bool) (chatmsg.Content, error) {
 	var content chatmsg.Content
-	size := 0
+	size, files := 0, 0
 	for i, p := range parts {
 		switch p.GetType() {
 		case string(chatmsg.PartText):
@@ -49,19 +51,23 @@ func (s *Server) userContent(parts []*chatdv1.MessagePart, allowEmpty bool) (cha
 		case "":
 			return nil, invalid("content[%d]: every part needs a \"type\" (\"text\")", i)
 		case string(chatmsg.PartFile):
-			return nil, invalid("content[%d]: file parts need an uploaded file, and uploads are not supported yet", i)
+			if _, err := uuid.Parse(p.GetFileId()); err != nil {
+				return nil, invalid("content[%d]: a file part needs the \"file_id\" of an upload (POST /api/v2/files)", i)
+			}
+			files++
+			content = append(content, chatmsg.Part{Type: chatmsg.PartFile, FileID: p.GetFileId()})
 		case string(chatmsg.PartReasoning), string(chatmsg.PartToolCall), string(chatmsg.PartToolResult):
 			return nil, invalid("content[%d]: a user message cannot carry a %q part; send text (tool results go to POST /api/v2/chats/{chat}/tool-results)", i, p.GetType())
 		default:
-			return nil, invalid("content[%d]: unknown part type %q; use \"text\"", i, p.GetType())
+			return nil, invalid("content[%d]: unknown part type %q; use \"text\" or \"file\"", i, p.GetType())
 		}
 	}
 	if size > s.cfg.MaxMessageBytes {
 		return nil, statusError(codes.ResourceExhausted, ReasonPayloadTooLarge,
 			fmt.Sprintf("the message is %d bytes; the limit is %d bytes", size, s.cfg.MaxMessageBytes))
 	}
-	if strings.TrimSpace(content.PlainText()) == "" && !(allowEmpty && len(parts) == 0) {
-		return nil, invalid("content must contain at least one non-empty text part")
+	if strings.TrimSpace(content.PlainText()) == "" && files == 0 && !(allowEmpty && len(parts) == 0) {
+		return nil, invalid("content must contain at least one non-empty text part or a file")
 	}
 	return content, nil
 }

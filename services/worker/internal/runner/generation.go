@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
@@ -145,6 +146,12 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 	if err != nil {
 		return false, r.finishError(ctx, in, err.Error())
 	}
+	// Attachments: evicted files become placeholders (user uploads) or go
+	// (assistant and tool files); the rest load from the chat's files.
+	if req.Messages, err = chatfiles.PreparePrompt(ctx, queries.New(r.deps.Pool), p.chat.ID, req.Messages); err != nil {
+		return false, err
+	}
+	req.Files = chatfiles.Loader{Q: queries.New(r.deps.Pool), ChatID: p.chat.ID}
 	effort := ""
 	if p.chat.LastReasoningEffort != nil {
 		effort = *p.chat.LastReasoningEffort
