@@ -6,7 +6,9 @@ package stacktest
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/auth"
@@ -27,53 +30,92 @@ import (
 // Secret is the HS256 key every service of a Stack verifies tokens with.
 const Secret = "e2e-secret-e2e-secret-e2e-secret-0123"
 
-// Stack is api, worker, relay and one or more stream replicas, each its own
-// process, sharing a fresh database and an in-process NATS server.
+// Stack is api, one or more workers, relay and one or more stream replicas,
+// each its own process, sharing a fresh database and an in-process NATS
+// server.
 type Stack struct {
 	APIHTTP     string   // the api's HTTP address (REST facade)
 	Streams     []string // HTTP addresses of the stream replicas
 	DatabaseURL string
 	NATSURL     string
-	WorkerGRPC  string
+	WorkerGRPC  string // the first worker's gRPC (and advertised parts) address
 	RelayGRPC   string
 	API         *servicetest.Process
-	Worker      *servicetest.Process
+	Worker      *servicetest.Process // the first worker (Workers[0])
 	Relay       *servicetest.Process
 	StreamProcs []*servicetest.Process
+	// Workers and WorkerAddrs are every worker process and its gRPC
+	// address, which is also the parts address it registers in
+	// chat_workers.
+	Workers     []*servicetest.Process
+	WorkerAddrs []string
 	Token       string // a bearer token for a fresh user and organization
 }
 
-// Start builds and starts the stack with the given number of stream
-// replicas and waits until every service serves.
+// Options says what StartWith starts.
+type Options struct {
+	// Streams is the number of stream replicas (at least 1).
+	Streams int
+	// Workers is the number of worker processes; 0 means 1.
+	Workers int
+	// WorkerEnv holds extra KEY=value settings for every worker, after the
+	// stack's own (so they override CHATD_ACQUIRE_INTERVAL=1s).
+	WorkerEnv []string
+	// LogLevel is every service's CHATD_LOG_LEVEL; "" means warn.
+	LogLevel string
+}
+
+// Start builds and starts the stack with one worker and the given number
+// of stream replicas and waits until every service serves.
 func Start(t *testing.T, streams int) *Stack {
 	t.Helper()
+	return StartWith(t, Options{Streams: streams})
+}
+
+// StartWith builds and starts the stack that o describes and waits until
+// every service serves.
+func StartWith(t testing.TB, o Options) *Stack {
+	t.Helper()
+	if o.Workers <= 0 {
+		o.Workers = 1
+	}
+	if o.LogLevel == "" {
+		o.LogLevel = "warn"
+	}
 	dbURL := dbtest.NewDatabase(t)
 	natsURL := natstest.URL(t)
 	root := RepoRoot(t)
-	common := []string{"CHATD_DATABASE_URL=" + dbURL, "CHATD_NATS_URL=" + natsURL, "CHATD_AUTH_SECRET=" + Secret, "CHATD_LOG_LEVEL=warn"}
+	common := []string{"CHATD_DATABASE_URL=" + dbURL, "CHATD_NATS_URL=" + natsURL, "CHATD_AUTH_SECRET=" + Secret, "CHATD_LOG_LEVEL=" + o.LogLevel}
 	env := func(extra ...string) []string {
 		return servicetest.Env(append(append([]string{}, common...), extra...)...)
 	}
 	s := &Stack{APIHTTP: servicetest.FreeAddr(t), DatabaseURL: dbURL, NATSURL: natsURL}
-	workerGRPC, relayGRPC := servicetest.FreeAddr(t), servicetest.FreeAddr(t)
-	s.WorkerGRPC, s.RelayGRPC = workerGRPC, relayGRPC
+	s.RelayGRPC = servicetest.FreeAddr(t)
 
 	s.API = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/api")),
 		env("CHATD_HTTP_ADDR="+s.APIHTTP, "CHATD_GRPC_ADDR="+servicetest.FreeAddr(t)))
-	s.Worker = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/worker")),
-		env("CHATD_GRPC_ADDR="+workerGRPC, "CHATD_ADVERTISE_ADDR="+workerGRPC, "CHATD_ACQUIRE_INTERVAL=1s"))
+	workerBin := servicetest.Build(t, filepath.Join(root, "services/worker"))
+	for i := 0; i < o.Workers; i++ {
+		addr := servicetest.FreeAddr(t)
+		extra := append([]string{"CHATD_GRPC_ADDR=" + addr, "CHATD_ADVERTISE_ADDR=" + addr, "CHATD_ACQUIRE_INTERVAL=1s"}, o.WorkerEnv...)
+		p := servicetest.Start(t, workerBin, env(extra...))
+		s.Workers, s.WorkerAddrs = append(s.Workers, p), append(s.WorkerAddrs, addr)
+	}
+	s.Worker, s.WorkerGRPC = s.Workers[0], s.WorkerAddrs[0]
 	s.Relay = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/relay")),
-		env("CHATD_GRPC_ADDR="+relayGRPC, "CHATD_ADVERTISE_ADDR="+relayGRPC))
+		env("CHATD_GRPC_ADDR="+s.RelayGRPC, "CHATD_ADVERTISE_ADDR="+s.RelayGRPC))
 	streamBin := servicetest.Build(t, filepath.Join(root, "services/stream"))
-	for i := 0; i < streams; i++ {
+	for i := 0; i < o.Streams; i++ {
 		addr := servicetest.FreeAddr(t)
 		p := servicetest.Start(t, streamBin,
-			env("CHATD_HTTP_ADDR="+addr, "CHATD_GRPC_ADDR="+servicetest.FreeAddr(t), "CHATD_RELAY_ADDR="+relayGRPC))
+			env("CHATD_HTTP_ADDR="+addr, "CHATD_GRPC_ADDR="+servicetest.FreeAddr(t), "CHATD_RELAY_ADDR="+s.RelayGRPC))
 		s.Streams, s.StreamProcs = append(s.Streams, addr), append(s.StreamProcs, p)
 	}
 	s.API.WaitHTTP(t, "http://"+s.APIHTTP+"/healthz")
-	s.Worker.WaitServing(t, workerGRPC, "")
-	s.Relay.WaitServing(t, relayGRPC, "")
+	for i, p := range s.Workers {
+		p.WaitServing(t, s.WorkerAddrs[i], "")
+	}
+	s.Relay.WaitServing(t, s.RelayGRPC, "")
 	for i, p := range s.StreamProcs {
 		p.WaitHTTP(t, "http://"+s.Streams[i]+"/healthz")
 	}
@@ -85,8 +127,26 @@ func Start(t *testing.T, streams int) *Stack {
 	return s
 }
 
+// Stderr is every process's standard error so far, each under a heading,
+// for failure messages.
+func (s *Stack) Stderr() string {
+	var b strings.Builder
+	add := func(name string, p *servicetest.Process) {
+		fmt.Fprintf(&b, "--- %s stderr:\n%s\n", name, p.Stderr())
+	}
+	add("api", s.API)
+	for i, p := range s.Workers {
+		add(fmt.Sprintf("worker %d (%s)", i, s.WorkerAddrs[i]), p)
+	}
+	add("relay", s.Relay)
+	for i, p := range s.StreamProcs {
+		add(fmt.Sprintf("stream %d", i), p)
+	}
+	return b.String()
+}
+
 // Post sends a JSON body to the api and requires 201.
-func (s *Stack) Post(t *testing.T, path, body string) map[string]any {
+func (s *Stack) Post(t testing.TB, path, body string) map[string]any {
 	t.Helper()
 	req, err := http.NewRequest("POST", "http://"+s.APIHTTP+path, strings.NewReader(body))
 	require.NoError(t, err)
@@ -109,7 +169,7 @@ type SSEEvent struct {
 
 // OpenSSE connects to a chat's stream on a stream replica, resuming after
 // cursor when set.
-func (s *Stack) OpenSSE(t *testing.T, streamHTTP, chatID, cursor string) (<-chan SSEEvent, func()) {
+func (s *Stack) OpenSSE(t testing.TB, streamHTTP, chatID, cursor string) (<-chan SSEEvent, func()) {
 	t.Helper()
 	req, err := http.NewRequest("GET", "http://"+streamHTTP+"/api/v2/chats/"+chatID+"/stream", nil)
 	require.NoError(t, err)
@@ -196,4 +256,29 @@ func RepoRoot(t testing.TB) string {
 		require.NotEqual(t, parent, dir, "no go.work above the test's directory")
 		dir = parent
 	}
+}
+
+// Owner returns the index in Workers of the worker process that owns the
+// chat now (chats.worker_id, matched through the parts address it
+// registered in chat_workers), or -1 when no worker owns it.
+func (s *Stack) Owner(t testing.TB, chatID string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.DatabaseURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var addr *string
+	err = conn.QueryRow(ctx, `SELECT w.parts_addr FROM chats c LEFT JOIN chat_workers w ON w.id = c.worker_id WHERE c.id = $1`, chatID).Scan(&addr)
+	require.NoError(t, err)
+	if addr == nil {
+		return -1
+	}
+	for i, a := range s.WorkerAddrs {
+		if a == *addr {
+			return i
+		}
+	}
+	require.FailNow(t, "the chat's owner is no worker of the stack", "parts address %s, workers %v", *addr, s.WorkerAddrs)
+	return -1
 }

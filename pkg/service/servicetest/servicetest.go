@@ -195,6 +195,22 @@ func (p *Process) Terminate(t testing.TB) int {
 	return p.Wait(t, StopTimeout)
 }
 
+// Kill sends SIGKILL (the process gets no chance to clean up, as in a
+// crash) and waits for it to exit.
+func (p *Process) Kill(t testing.TB) {
+	t.Helper()
+	select {
+	case <-p.exited:
+		require.FailNow(t, "process exited before it was killed", "exit: %v\nstderr:\n%s", p.err, p.Stderr())
+	default:
+	}
+	require.NoError(t, p.cmd.Process.Kill())
+	<-p.exited
+}
+
+// Exited is closed once the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.exited }
+
 // Wait waits up to timeout for the process to exit and returns its exit
 // code (-1 when a signal killed it).
 func (p *Process) Wait(t testing.TB, timeout time.Duration) int {

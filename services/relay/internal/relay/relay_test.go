@@ -8,7 +8,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,36 +21,47 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/partbuf"
+	"github.com/chatd/chatd/pkg/partsrpc"
 	"github.com/chatd/chatd/services/relay/internal/relay"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
-// fakeWorker is a minimal PartsService over a real part buffer, served on a
-// localhost listener. It counts the upstream streams opened to it.
-type fakeWorker struct {
-	chatdv1.UnimplementedPartsServiceServer
-	id      uuid.UUID
-	addr    string
-	buf     *partbuf.Buffer
-	streams atomic.Int64 // StreamParts calls opened
-	open    atomic.Int64 // StreamParts calls running
-	gs      *grpc.Server
+// partsWorker is a worker's parts endpoint as the worker runs it: the real
+// PartsService server (pkg/partsrpc) over a real part buffer, served on a
+// localhost listener and registered in chat_workers. A stream interceptor
+// counts the upstream streams the relay opens to it.
+type partsWorker struct {
+	id    uuid.UUID
+	addr  string
+	buf   *partbuf.Buffer
+	parts *partsrpc.Server
+	gs    *grpc.Server
+
+	mu      sync.Mutex
+	streams int           // StreamParts calls opened
+	open    int           // StreamParts calls running
+	changed chan struct{} // closed and replaced when streams or open change
 }
 
-func newFakeWorker(t *testing.T, ctx context.Context, q *queries.Queries) *fakeWorker {
+func newPartsWorker(t *testing.T, ctx context.Context, q *queries.Queries) *partsWorker {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &fakeWorker{id: uuid.New(), addr: lis.Addr().String(), buf: partbuf.New(partbuf.Options{})}
-	gs := grpc.NewServer()
-	w.gs = gs
-	chatdv1.RegisterPartsServiceServer(gs, w)
-	go func() { _ = gs.Serve(lis) }()
+	w := &partsWorker{id: uuid.New(), addr: lis.Addr().String(), buf: partbuf.New(partbuf.Options{}), changed: make(chan struct{})}
+	w.parts = partsrpc.New(w.buf, partsrpc.Options{})
+	w.gs = grpc.NewServer(grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		w.update(func() { w.streams++; w.open++ })
+		defer w.update(func() { w.open-- })
+		return h(srv, ss)
+	}))
+	w.parts.Register(w.gs)
+	go func() { _ = w.gs.Serve(lis) }()
 	t.Cleanup(func() {
-		gs.Stop()
+		w.parts.Close()
+		w.gs.Stop()
 		w.buf.Close()
 	})
 	if err := q.ChatWorkerUpsert(ctx, queries.ChatWorkerUpsertParams{ID: w.id, PartsAddr: w.addr}); err != nil {
@@ -60,72 +70,52 @@ func newFakeWorker(t *testing.T, ctx context.Context, q *queries.Queries) *fakeW
 	return w
 }
 
-// StreamParts serves one control message at a time: parts of the selected
-// episode with seq > after_seq, then episode_closed.
-func (w *fakeWorker) StreamParts(stream chatdv1.PartsService_StreamPartsServer) error {
-	w.streams.Add(1)
-	w.open.Add(1)
-	defer w.open.Add(-1)
-	ctls := make(chan *chatdv1.StreamPartsRequest, 16)
-	errc := make(chan error, 1)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err != nil {
-				errc <- err
-				return
-			}
-			ctls <- req
-		}
-	}()
-	var parts <-chan partbuf.Part
-	var cancel func()
-	var cur *chatdv1.StreamPartsRequest
-	var last int64
-	defer func() {
-		if cancel != nil {
-			cancel()
-		}
-	}()
+func (w *partsWorker) update(f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f()
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// Streams is the number of upstream streams opened to the worker so far.
+func (w *partsWorker) Streams() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.streams
+}
+
+// Open is the number of upstream streams open now.
+func (w *partsWorker) Open() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.open
+}
+
+// waitOpen waits until exactly want upstream streams are open (and the
+// handlers of the others have returned), woken by each stream's start and
+// end rather than by polling.
+func (w *partsWorker) waitOpen(t *testing.T, want int) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
 	for {
+		w.mu.Lock()
+		open, ch := w.open, w.changed
+		w.mu.Unlock()
+		if open == want {
+			return
+		}
 		select {
-		case err := <-errc:
-			if err == io.EOF {
-				return nil
-			}
-			return err
-		case req := <-ctls:
-			if cancel != nil {
-				cancel()
-			}
-			cur, last = req, 0
-			parts, cancel = w.buf.SubscribeToEpisode(episodeOf(req))
-		case p, ok := <-parts:
-			resp := &chatdv1.StreamPartsResponse{ChatId: cur.ChatId, HistoryVersion: cur.HistoryVersion, GenerationAttempt: cur.GenerationAttempt}
-			if !ok {
-				parts = nil
-				resp.Event = &chatdv1.StreamPartsResponse_EpisodeClosed{EpisodeClosed: &chatdv1.EpisodeClosed{LastSeq: last}}
-			} else {
-				last = p.Seq
-				if p.Seq <= cur.AfterSeq {
-					continue
-				}
-				resp.Event = &chatdv1.StreamPartsResponse_Part{Part: &chatdv1.EpisodePart{Seq: p.Seq, Role: p.Role, Data: string(p.Data)}}
-			}
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
+		case <-ch:
+		case <-timeout:
+			t.Fatalf("worker %s has %d open upstream streams, want %d", w.id, open, want)
 		}
 	}
 }
 
-func episodeOf(req *chatdv1.StreamPartsRequest) partbuf.Episode {
-	return partbuf.Episode{ChatID: uuid.MustParse(req.ChatId), HistoryVersion: req.HistoryVersion, GenerationAttempt: req.GenerationAttempt}
-}
-
 // add appends n parts to an episode (creating it if needed); part seq s
 // carries the text w<worker>-<hv>-<ga>-<s-1>.
-func (w *fakeWorker) add(t *testing.T, chat uuid.UUID, hv, ga int64, n int, pad int) {
+func (w *partsWorker) add(t *testing.T, chat uuid.UUID, hv, ga int64, n int, pad int) {
 	t.Helper()
 	ep := partbuf.Episode{ChatID: chat, HistoryVersion: hv, GenerationAttempt: ga}
 	_ = w.buf.CreateEpisode(ep) // already created is fine
@@ -138,7 +128,7 @@ func (w *fakeWorker) add(t *testing.T, chat uuid.UUID, hv, ga int64, n int, pad 
 	}
 }
 
-func (w *fakeWorker) close(chat uuid.UUID, hv, ga int64) {
+func (w *partsWorker) close(chat uuid.UUID, hv, ga int64) {
 	w.buf.CloseEpisode(partbuf.Episode{ChatID: chat, HistoryVersion: hv, GenerationAttempt: ga})
 }
 
@@ -198,7 +188,7 @@ func (e *env) subscribe(t *testing.T) *sub {
 	return &sub{t: t, stream: st, cancel: cancel}
 }
 
-func (s *sub) control(chat uuid.UUID, worker *fakeWorker, hv, ga, after int64) {
+func (s *sub) control(chat uuid.UUID, worker *partsWorker, hv, ga, after int64) {
 	s.t.Helper()
 	req := &chatdv1.RelayServiceStreamPartsRequest{ChatId: chat.String(), HistoryVersion: hv, GenerationAttempt: ga, AfterSeq: after}
 	if worker != nil {
@@ -210,7 +200,7 @@ func (s *sub) control(chat uuid.UUID, worker *fakeWorker, hv, ga, after int64) {
 }
 
 // expectParts receives n parts of the episode with seq after+1 .. after+n.
-func (s *sub) expectParts(worker *fakeWorker, hv, ga, after int64, n int) {
+func (s *sub) expectParts(worker *partsWorker, hv, ga, after int64, n int) {
 	s.t.Helper()
 	for i := int64(1); i <= int64(n); i++ {
 		r, err := s.stream.Recv()
@@ -257,21 +247,21 @@ func (s *sub) expectNothing(d time.Duration) {
 	// sub must not be read again.
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+// requireUpstreams checks the relay's number of open upstreams. The relay
+// drops an upstream from its registry before it cancels the worker's stream
+// (release) and before it fails the subscribers' calls (fail), so after
+// either is observed the count is exact.
+func requireUpstreams(t *testing.T, e *env, want int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if got := e.relay.Upstreams(); got != want {
+		t.Fatalf("relay holds %d upstreams, want %d", got, want)
 	}
 }
 
 func TestEpisodeSwitchKeepsUpstream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w := newFakeWorker(t, e.ctx, e.q)
+	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 1, 0, 3, 0)
 	w.add(t, chat, 2, 0, 2, 0)
@@ -289,7 +279,7 @@ func TestEpisodeSwitchKeepsUpstream(t *testing.T) {
 	w.add(t, chat, 2, 0, 1, 0)
 	s.expectParts(w, 2, 0, 2, 1)
 
-	if got := w.streams.Load(); got != 1 {
+	if got := w.Streams(); got != 1 {
 		t.Fatalf("worker saw %d upstream streams, want 1", got)
 	}
 }
@@ -297,8 +287,8 @@ func TestEpisodeSwitchKeepsUpstream(t *testing.T) {
 func TestWorkerChangeReconnects(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w1 := newFakeWorker(t, e.ctx, e.q)
-	w2 := newFakeWorker(t, e.ctx, e.q)
+	w1 := newPartsWorker(t, e.ctx, e.q)
+	w2 := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w1.add(t, chat, 1, 0, 2, 0)
 	w2.add(t, chat, 1, 1, 3, 0)
@@ -308,11 +298,11 @@ func TestWorkerChangeReconnects(t *testing.T) {
 	s.expectParts(w1, 1, 0, 0, 2)
 	s.control(chat, w2, 1, 1, 0)
 	s.expectParts(w2, 1, 1, 0, 3)
-	if w1.streams.Load() != 1 || w2.streams.Load() != 1 {
-		t.Fatalf("upstream streams: w1 %d, w2 %d; want 1 each", w1.streams.Load(), w2.streams.Load())
+	if w1.Streams() != 1 || w2.Streams() != 1 {
+		t.Fatalf("upstream streams: w1 %d, w2 %d; want 1 each", w1.Streams(), w2.Streams())
 	}
 	// The old upstream had no other subscriber: it is closed.
-	waitFor(t, "w1's upstream to close", func() bool { return w1.open.Load() == 0 })
+	w1.waitOpen(t, 0)
 	// Parts of the old worker no longer pass.
 	w1.add(t, chat, 1, 1, 2, 0)
 	w2.add(t, chat, 1, 1, 1, 0)
@@ -322,7 +312,7 @@ func TestWorkerChangeReconnects(t *testing.T) {
 func TestNullWorkerStops(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w := newFakeWorker(t, e.ctx, e.q)
+	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 1, 0, 2, 0)
 
@@ -330,17 +320,19 @@ func TestNullWorkerStops(t *testing.T) {
 	s.control(chat, w, 1, 0, 0)
 	s.expectParts(w, 1, 0, 0, 2)
 	s.control(chat, nil, 1, 0, 2)
-	waitFor(t, "the upstream to close", func() bool { return w.open.Load() == 0 && e.relay.Upstreams() == 0 })
+	w.waitOpen(t, 0)
+	requireUpstreams(t, e, 0)
 	// Forwarding resumes with the next control message, on a new upstream.
 	w.add(t, chat, 1, 0, 1, 0)
 	s.control(chat, w, 1, 0, 2)
 	s.expectParts(w, 1, 0, 2, 1)
-	if got := w.streams.Load(); got != 2 {
+	if got := w.Streams(); got != 2 {
 		t.Fatalf("worker saw %d upstream streams, want 2", got)
 	}
 	// A null worker leaves the call open and silent.
 	s.control(chat, nil, 0, 0, 0)
-	waitFor(t, "the upstream to close again", func() bool { return w.open.Load() == 0 && e.relay.Upstreams() == 0 })
+	w.waitOpen(t, 0)
+	requireUpstreams(t, e, 0)
 	w.add(t, chat, 1, 0, 1, 0)
 	s.expectNothing(200 * time.Millisecond)
 }
@@ -348,7 +340,7 @@ func TestNullWorkerStops(t *testing.T) {
 func TestSubscribersShareUpstream(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w := newFakeWorker(t, e.ctx, e.q)
+	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 3, 0, 4, 0)
 
@@ -360,7 +352,7 @@ func TestSubscribersShareUpstream(t *testing.T) {
 	w.add(t, chat, 3, 0, 3, 0)
 	a.expectParts(w, 3, 0, 4, 3)
 	b.expectParts(w, 3, 0, 4, 3)
-	if got := w.streams.Load(); got != 1 {
+	if got := w.Streams(); got != 1 {
 		t.Fatalf("worker saw %d upstream streams, want 1", got)
 	}
 	if got := e.relay.Upstreams(); got != 1 {
@@ -379,12 +371,13 @@ func TestSubscribersShareUpstream(t *testing.T) {
 	a.cancel()
 	w.add(t, chat, 3, 1, 1, 0)
 	b.expectParts(w, 3, 1, 2, 1)
-	if got := w.open.Load(); got != 1 {
+	if got := w.Open(); got != 1 {
 		t.Fatalf("worker has %d open upstreams, want 1", got)
 	}
 	b.cancel()
-	waitFor(t, "the upstream to close", func() bool { return w.open.Load() == 0 && e.relay.Upstreams() == 0 })
-	if got := w.streams.Load(); got != 1 {
+	w.waitOpen(t, 0)
+	requireUpstreams(t, e, 0)
+	if got := w.Streams(); got != 1 {
 		t.Fatalf("worker saw %d upstream streams, want 1", got)
 	}
 }
@@ -392,23 +385,25 @@ func TestSubscribersShareUpstream(t *testing.T) {
 func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w := newFakeWorker(t, e.ctx, e.q)
+	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	const n, pad = 400, 2000 // ~800 KB: well past gRPC's flow-control windows
 
 	slow, fast := e.subscribe(t), e.subscribe(t)
 	slow.control(chat, w, 1, 0, 0)
 	fast.control(chat, w, 1, 0, 0)
-	// Let both attach before parts flow, so the slow one has its share
-	// pending on the wire and in its call.
-	waitFor(t, "the upstream", func() bool { return w.streams.Load() == 1 })
-	time.Sleep(50 * time.Millisecond)
+	// Rendezvous: both have received the first part, so both are attached
+	// to the upstream before the rest flows, and the slow one's share of
+	// it piles up on the wire and in its call from then on.
+	w.add(t, chat, 1, 0, 1, pad)
+	slow.expectParts(w, 1, 0, 0, 1)
+	fast.expectParts(w, 1, 0, 0, 1)
 
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := 0; i < n; i++ {
+		for i := 1; i < n; i++ {
 			w.add(t, chat, 1, 0, 1, pad)
 		}
 		w.close(chat, 1, 0)
@@ -416,7 +411,7 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		fast.expectParts(w, 1, 0, 0, n)
+		fast.expectParts(w, 1, 0, 1, n-1)
 		fast.expectClosed(n)
 	}()
 	select {
@@ -426,9 +421,9 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	}
 	wg.Wait()
 	// The slow one now reads everything, contiguous.
-	slow.expectParts(w, 1, 0, 0, n)
+	slow.expectParts(w, 1, 0, 1, n-1)
 	slow.expectClosed(n)
-	if got := w.streams.Load(); got != 1 {
+	if got := w.Streams(); got != 1 {
 		t.Fatalf("worker saw %d upstream streams, want 1", got)
 	}
 }
@@ -440,14 +435,14 @@ func TestErrors(t *testing.T) {
 
 	t.Run("unknown worker", func(t *testing.T) {
 		s := e.subscribe(t)
-		s.control(chat, &fakeWorker{id: uuid.New()}, 1, 0, 0)
+		s.control(chat, &partsWorker{id: uuid.New()}, 1, 0, 0)
 		_, err := s.stream.Recv()
 		if status.Code(err) != codes.FailedPrecondition {
 			t.Fatalf("got %v, want FAILED_PRECONDITION", err)
 		}
 	})
 	t.Run("unreachable worker", func(t *testing.T) {
-		w := &fakeWorker{id: uuid.New()}
+		w := &partsWorker{id: uuid.New()}
 		lis, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -475,7 +470,7 @@ func TestErrors(t *testing.T) {
 		}
 	})
 	t.Run("worker goes away", func(t *testing.T) {
-		w := newFakeWorker(t, e.ctx, e.q)
+		w := newPartsWorker(t, e.ctx, e.q)
 		w.add(t, chat, 1, 0, 1, 0)
 		s := e.subscribe(t)
 		s.control(chat, w, 1, 0, 0)
@@ -485,14 +480,15 @@ func TestErrors(t *testing.T) {
 		if status.Code(err) != codes.Unavailable {
 			t.Fatalf("got %v, want UNAVAILABLE", err)
 		}
-		waitFor(t, "the failed upstream to be dropped", func() bool { return e.relay.Upstreams() == 0 })
+		// The relay drops a failed upstream before it fails the calls.
+		requireUpstreams(t, e, 0)
 	})
 }
 
 func TestEpisodeOverCapIsResourceExhausted(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(o *relay.Options) { o.MaxEpisodeBytes = 1000 })
-	w := newFakeWorker(t, e.ctx, e.q)
+	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 1, 0, 1, 100)
 	s := e.subscribe(t)
@@ -503,13 +499,14 @@ func TestEpisodeOverCapIsResourceExhausted(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("got %v, want RESOURCE_EXHAUSTED", err)
 	}
-	waitFor(t, "the upstream to close", func() bool { return w.open.Load() == 0 && e.relay.Upstreams() == 0 })
+	w.waitOpen(t, 0)
+	requireUpstreams(t, e, 0)
 }
 
 func TestOlderEpisodeGetsNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w := newFakeWorker(t, e.ctx, e.q)
+	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 2, 0, 1, 0)
 	w.add(t, chat, 1, 0, 1, 0)
@@ -524,7 +521,7 @@ func TestOlderEpisodeGetsNothing(t *testing.T) {
 	a.expectParts(w, 2, 0, 1, 1)
 	b.control(chat, w, 2, 0, 0)
 	b.expectParts(w, 2, 0, 0, 2)
-	if got := w.streams.Load(); got != 1 {
+	if got := w.Streams(); got != 1 {
 		t.Fatalf("worker saw %d upstream streams, want 1", got)
 	}
 }
@@ -532,7 +529,7 @@ func TestOlderEpisodeGetsNothing(t *testing.T) {
 func TestHalfCloseFinishesEpisode(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w := newFakeWorker(t, e.ctx, e.q)
+	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 1, 0, 2, 0)
 	s := e.subscribe(t)
@@ -547,5 +544,84 @@ func TestHalfCloseFinishesEpisode(t *testing.T) {
 	s.expectClosed(3)
 	if _, err := s.stream.Recv(); err != io.EOF {
 		t.Fatalf("got %v, want the call to end with OK", err)
+	}
+}
+
+// TestTwoWorkersSwitchAndTakeover is what the relay sees of a takeover:
+// two subscribers follow a chat on worker 1 across an episode switch (a new
+// generation attempt) on one upstream stream; one of them stops reading and
+// the other still gets every part; then the chat moves to worker 2, and each
+// subscriber follows with one control message: worker 2 gets one upstream
+// stream, and worker 1's closes once its last subscriber has left it. The
+// slow subscriber, reading again, first gets its whole backlog of worker 1's
+// episode, contiguous.
+func TestTwoWorkersSwitchAndTakeover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w1, w2 := newPartsWorker(t, e.ctx, e.q), newPartsWorker(t, e.ctx, e.q)
+	chat := uuid.New()
+	const n, pad = 300, 2000 // ~600 KB: well past gRPC's flow-control windows
+
+	w1.add(t, chat, 4, 1, 2, 0)
+	fast, slow := e.subscribe(t), e.subscribe(t)
+	fast.control(chat, w1, 4, 1, 0)
+	slow.control(chat, w1, 4, 1, 0)
+	fast.expectParts(w1, 4, 1, 0, 2)
+	slow.expectParts(w1, 4, 1, 0, 2)
+	w1.close(chat, 4, 1)
+	fast.expectClosed(2)
+	slow.expectClosed(2)
+
+	// The next attempt on the same worker: a control message, no new
+	// upstream.
+	w1.add(t, chat, 4, 2, 1, 0)
+	fast.control(chat, w1, 4, 2, 0)
+	slow.control(chat, w1, 4, 2, 0)
+	fast.expectParts(w1, 4, 2, 0, 1)
+	slow.expectParts(w1, 4, 2, 0, 1)
+	if w1.Streams() != 1 || w1.Open() != 1 || w2.Streams() != 0 {
+		t.Fatalf("upstream streams after the episode switch: worker 1 %d opened (%d open), worker 2 %d; want 1 (1), 0",
+			w1.Streams(), w1.Open(), w2.Streams())
+	}
+	requireUpstreams(t, e, 1)
+
+	// The slow one stops reading; the fast one gets every part regardless.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fast.expectParts(w1, 4, 2, 1, n)
+	}()
+	for i := 0; i < n; i++ {
+		w1.add(t, chat, 4, 2, 1, pad)
+	}
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the fast subscriber stalled behind the slow one")
+	}
+
+	// Worker 2 takes the chat over with a new attempt.
+	w2.add(t, chat, 4, 3, 3, 0)
+	fast.control(chat, w2, 4, 3, 0)
+	fast.expectParts(w2, 4, 3, 0, 3)
+	if w2.Streams() != 1 {
+		t.Fatalf("worker 2 saw %d upstream streams, want 1", w2.Streams())
+	}
+	// Worker 1's upstream lives on for the slow subscriber, which still
+	// reads its backlog there before it moves.
+	if w1.Open() != 1 {
+		t.Fatalf("worker 1 has %d open upstream streams, want 1", w1.Open())
+	}
+	requireUpstreams(t, e, 2)
+	slow.expectParts(w1, 4, 2, 1, n)
+	slow.control(chat, w2, 4, 3, 0)
+	slow.expectParts(w2, 4, 3, 0, 3)
+	w1.waitOpen(t, 0)
+	requireUpstreams(t, e, 1)
+	w2.add(t, chat, 4, 3, 1, 0)
+	fast.expectParts(w2, 4, 3, 3, 1)
+	slow.expectParts(w2, 4, 3, 3, 1)
+	if w1.Streams() != 1 || w2.Streams() != 1 {
+		t.Fatalf("upstream streams: worker 1 %d, worker 2 %d; want 1 each", w1.Streams(), w2.Streams())
 	}
 }

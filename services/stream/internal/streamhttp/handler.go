@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -292,7 +291,7 @@ func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, bea
 				evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Sync(ctx, h) })
 			}
 		case p := <-partC:
-			evs, err = c.loop.Part(p)
+			evs, err = c.partBatch(p, partC)
 		case h := <-polled:
 			evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Sync(ctx, h) })
 		case <-pollC:
@@ -359,19 +358,24 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn) {
 	if err := rc.Flush(); err != nil {
 		return
 	}
+	// One buffer per connection, reused: a batch of events is one write
+	// and one flush.
+	var buf, cursor []byte
 	send := func(evs []streamloop.Event) error {
 		if len(evs) == 0 {
 			return nil
 		}
-		var b strings.Builder
+		buf = buf[:0]
 		for _, e := range evs {
-			data, err := json.Marshal(e)
-			if err != nil {
+			cursor = e.Cursor.AppendEncoded(cursor[:0])
+			buf = append(append(append(buf, "id: "...), cursor...), "\ndata: "...)
+			var err error
+			if buf, err = e.AppendJSON(buf, cursor); err != nil {
 				return err
 			}
-			fmt.Fprintf(&b, "id: %s\ndata: %s\n\n", e.Cursor.Encode(), data)
+			buf = append(buf, "\n\n"...)
 		}
-		if _, err := w.Write([]byte(b.String())); err != nil {
+		if _, err := w.Write(buf); err != nil {
 			return err
 		}
 		return rc.Flush()
@@ -392,14 +396,16 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 	}
 	defer ws.CloseNow() //nolint:errcheck // closing anyway
 	ctx = ws.CloseRead(ctx)
+	var buf, cursor []byte
 	send := func(evs []streamloop.Event) error {
 		for _, e := range evs {
-			data, err := json.Marshal(e)
-			if err != nil {
+			cursor = e.Cursor.AppendEncoded(cursor[:0])
+			var err error
+			if buf, err = e.AppendJSON(buf[:0], cursor); err != nil {
 				return err
 			}
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err = ws.Write(wctx, websocket.MessageText, data)
+			err = ws.Write(wctx, websocket.MessageText, buf)
 			cancel()
 			if err != nil {
 				return err
@@ -414,4 +420,25 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 	}
 	c.run(ctx, send, beat)
 	ws.Close(websocket.StatusNormalClosure, "") //nolint:errcheck // best effort
+}
+
+// maxPartBatch bounds how many parts one send carries.
+const maxPartBatch = 256
+
+// partBatch applies p and every part already waiting on partC (up to
+// maxPartBatch), so a fast episode costs one write and one flush per batch
+// rather than per part; a slow one still sends each part at once.
+func (c *conn) partBatch(p streamloop.LivePart, partC <-chan streamloop.LivePart) ([]streamloop.Event, error) {
+	evs, err := c.loop.Part(p)
+	for n := 1; err == nil && n < maxPartBatch; n++ {
+		select {
+		case next := <-partC:
+			var more []streamloop.Event
+			more, err = c.loop.Part(next)
+			evs = append(evs, more...)
+		default:
+			return evs, nil
+		}
+	}
+	return evs, err
 }

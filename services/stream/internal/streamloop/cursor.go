@@ -56,20 +56,29 @@ var ErrBadCursor = errors.New("bad stream cursor")
 
 // Encode renders c opaquely (URL-safe, no padding, usable in a query string
 // and an SSE id: line).
-func (c Cursor) Encode() string {
-	reset := 0
-	if c.Reset {
-		reset = 1
+func (c Cursor) Encode() string { return string(c.AppendEncoded(nil)) }
+
+// AppendEncoded appends Encode's text to dst without the intermediate
+// strings: it runs once per event on every stream, parts included.
+func (c Cursor) AppendEncoded(dst []byte) []byte {
+	var rawBuf [160]byte
+	raw := append(rawBuf[:0], cursorVersion...)
+	for _, n := range [...]int64{c.SnapshotVersion, c.HistoryVersion, c.QueueVersion, c.RetryStateVersion} {
+		raw = strconv.AppendInt(append(raw, '.'), n, 10)
 	}
-	retired := 0
-	if c.AttemptRetired {
-		retired = 1
+	raw = append(append(raw, '.'), c.Status...)
+	for _, n := range [...]int64{c.ErrorHistoryVersion, c.ActionHistoryVersion, c.GenerationAttempt,
+		c.PendingHistory, c.LastMessageID, boolInt(c.Reset), c.PartSeq, boolInt(c.AttemptRetired)} {
+		raw = strconv.AppendInt(append(raw, '.'), n, 10)
 	}
-	raw := fmt.Sprintf("%s.%d.%d.%d.%d.%s.%d.%d.%d.%d.%d.%d.%d.%d", cursorVersion,
-		c.SnapshotVersion, c.HistoryVersion, c.QueueVersion, c.RetryStateVersion, c.Status,
-		c.ErrorHistoryVersion, c.ActionHistoryVersion, c.GenerationAttempt,
-		c.PendingHistory, c.LastMessageID, reset, c.PartSeq, retired)
-	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+	return base64.RawURLEncoding.AppendEncode(dst, raw)
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 var validStatus = map[string]bool{

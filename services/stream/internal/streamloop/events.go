@@ -1,8 +1,10 @@
 package streamloop
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -37,16 +39,75 @@ type Event struct {
 // MarshalJSON renders the event with its payload under the key named after
 // its type, plus "cursor".
 func (e Event) MarshalJSON() ([]byte, error) {
+	return e.AppendJSON(nil, e.Cursor.AppendEncoded(nil))
+}
+
+// AppendJSON appends the event's JSON to dst with cursor (Cursor's encoded
+// form, which SSE also writes as the id: line, so it is computed once).
+// message_part events, the hot path of a stream, are written by hand: no
+// map, no reflection, no re-validation of the part, which the Part
+// operation already checked.
+func (e Event) AppendJSON(dst, cursor []byte) ([]byte, error) {
+	if mp, ok := e.Payload.(MessagePart); ok && e.Type == TypeMessagePart {
+		dst = append(dst, `{"type":"message_part","chat_id":"`...)
+		dst = appendUUID(dst, e.ChatID)
+		dst = append(dst, `","message_part":{"role":`...)
+		dst = appendJSONString(dst, mp.Role)
+		dst = append(dst, `,"part":`...)
+		dst = append(dst, mp.Part...)
+		dst = append(dst, `,"history_version":`...)
+		dst = strconv.AppendInt(dst, mp.HistoryVersion, 10)
+		dst = append(dst, `,"generation_attempt":`...)
+		dst = strconv.AppendInt(dst, mp.GenerationAttempt, 10)
+		dst = append(dst, `,"seq":`...)
+		dst = strconv.AppendInt(dst, mp.Seq, 10)
+		dst = append(dst, `},"cursor":"`...)
+		dst = append(dst, cursor...)
+		return append(dst, `"}`...), nil
+	}
 	payload, err := json.Marshal(e.Payload)
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(map[string]any{
+	b, err := json.Marshal(map[string]any{
 		"type":    e.Type,
 		"chat_id": e.ChatID.String(),
 		e.Type:    json.RawMessage(payload),
-		"cursor":  e.Cursor.Encode(),
+		"cursor":  string(cursor),
 	})
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, b...), nil
+}
+
+// appendUUID appends id in its canonical 8-4-4-4-12 form.
+func appendUUID(dst []byte, id uuid.UUID) []byte {
+	var buf [36]byte
+	hex.Encode(buf[0:8], id[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], id[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], id[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], id[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:], id[10:])
+	return append(dst, buf[:]...)
+}
+
+// appendJSONString appends s as a JSON string; role names are plain ASCII,
+// anything else goes through encoding/json.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
+			b, _ := json.Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 // MessagePart is the message_part payload: one live part of an episode.

@@ -1,4 +1,4 @@
-package parts_test
+package partsrpc_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/partbuf"
-	"github.com/chatd/chatd/services/worker/internal/parts"
+	"github.com/chatd/chatd/pkg/partsrpc"
 )
 
 // How the worker serves PartsService: on its internal gRPC server (the one
@@ -21,7 +21,7 @@ func Example_wiring() {
 	)
 	// One buffer per worker process, shared with the runners.
 	buf := partbuf.New(partbuf.Options{})
-	srv := parts.New(buf, parts.Options{Logger: log})
+	srv := partsrpc.New(buf, partsrpc.Options{Logger: log})
 	srv.Register(gs)
 	// The streams never end by themselves: end them when gRPC serving
 	// stops, so that the graceful stop does not wait for its timeout. If the

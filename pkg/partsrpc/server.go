@@ -1,4 +1,4 @@
-// Package parts serves chatd.v1.PartsService, the worker's parts endpoint
+// Package partsrpc serves chatd.v1.PartsService, the worker's parts endpoint
 // (spec "Parts endpoint"): a relay opens one bidirectional stream per
 // (worker, chat), selects an episode with a control message, and receives
 // that episode's parts from the worker's message part buffer, buffered first
@@ -9,7 +9,11 @@
 // internal gRPC port (CHATD_GRPC_ADDR, advertised as CHATD_ADVERTISE_ADDR),
 // never on a port clients can reach: it has no bearer authentication and
 // serves any chat.
-package parts
+//
+// It lives in pkg, not under services/worker, so that the relay's tests can
+// run it over real part buffers as their workers; the worker uses it through
+// services/worker/internal/parts.
+package partsrpc
 
 import (
 	"log/slog"

@@ -1,4 +1,4 @@
-package parts_test
+package partsrpc_test
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/partbuf"
-	"github.com/chatd/chatd/services/worker/internal/parts"
+	"github.com/chatd/chatd/pkg/partsrpc"
 )
 
 // waitFor bounds every wait for an event that should come.
@@ -32,11 +32,11 @@ const quiet = 150 * time.Millisecond
 
 type env struct {
 	buf    *partbuf.Buffer
-	srv    *parts.Server
+	srv    *partsrpc.Server
 	client chatdv1.PartsServiceClient
 }
 
-// newEnv serves a parts.Server over a real gRPC server on an in-memory
+// newEnv serves a partsrpc.Server over a real gRPC server on an in-memory
 // listener.
 func newEnv(t *testing.T) *env {
 	t.Helper()
@@ -46,7 +46,7 @@ func newEnv(t *testing.T) *env {
 func newEnvWith(t *testing.T, opts partbuf.Options) *env {
 	t.Helper()
 	buf := partbuf.New(opts)
-	srv := parts.New(buf, parts.Options{})
+	srv := partsrpc.New(buf, partsrpc.Options{})
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
 	srv.Register(gs)
@@ -444,7 +444,7 @@ func goroutines() (int, string) {
 	n := 0
 	var found []string
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "worker/internal/parts.") || strings.Contains(g, "partbuf.(*subscription)") {
+		if strings.Contains(g, "pkg/partsrpc.") || strings.Contains(g, "partbuf.(*subscription)") {
 			n++
 			found = append(found, g)
 		}

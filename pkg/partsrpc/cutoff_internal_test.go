@@ -1,4 +1,4 @@
-package parts
+package partsrpc
 
 import (
 	"context"

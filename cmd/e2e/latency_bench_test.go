@@ -1,0 +1,88 @@
+package e2e_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/chatd/chatd/cmd/internal/stacktest"
+)
+
+// BenchmarkSendToFirstPart times POST /api/v2/chats/{chat}/messages until the
+// reply's first message_part event reaches a client watching the chat over
+// SSE, with api, worker, relay and stream as separate processes and the
+// scripted model answering its first part with no delay. One turn at a time on one chat:
+// each iteration waits for status waiting before the next send. It reports
+// the p50, p99 and max latency in milliseconds. Run it with a fixed count,
+// e.g. -benchtime=200x.
+func BenchmarkSendToFirstPart(b *testing.B) {
+	s := stacktest.StartWith(b, stacktest.Options{Streams: 1})
+	chatID := s.Post(b, "/api/v2/chats", `{}`)["id"].(string)
+	events, closeEvents := s.OpenSSE(b, s.Streams[0], chatID, "")
+	defer closeEvents()
+	next := func(what string) stacktest.SSEEvent {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				b.Fatalf("the SSE connection ended while waiting for %s\n%s", what, s.Stderr())
+			}
+			return ev
+		case <-time.After(30 * time.Second):
+			b.Fatalf("timed out waiting for %s\n%s", what, s.Stderr())
+			return stacktest.SSEEvent{}
+		}
+	}
+	// The first text part comes with no delay (::reply); the ::stream
+	// tokens after it keep the turn open for about 200 ms. A turn that
+	// commits before the stream loop has reached the relay shows no live
+	// parts at all (the committed message supersedes them), so a reply
+	// with no delay at all would measure nothing.
+	body := `{"content":[{"type":"text","text":"::reply go\n::stream 10 50"}]}`
+	lat := make([]time.Duration, 0, b.N)
+	// Where the time goes: the POST's round trip (the api's commit) and
+	// the status running event at the client (the stream's Sync after the
+	// api's notification).
+	post := make([]time.Duration, 0, b.N)
+	running := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		start := time.Now()
+		s.Post(b, "/api/v2/chats/"+chatID+"/messages", body)
+		post = append(post, time.Since(start))
+		for {
+			ev := next("the first part")
+			if stacktest.Status(ev) == "running" {
+				running = append(running, time.Since(start))
+			}
+			if stacktest.PartText(ev) != "" {
+				break
+			}
+		}
+		lat = append(lat, time.Since(start))
+		// Let the turn finish: the next send must start a new turn, not
+		// queue behind this one.
+		committed := false
+		for {
+			ev := next("the end of the turn")
+			if stacktest.AssistantText(ev) != "" {
+				committed = true
+			}
+			if committed && stacktest.Status(ev) == "waiting" {
+				break
+			}
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	b.ReportMetric(ms(lat[len(lat)/2]), "p50_ms")
+	b.ReportMetric(ms(lat[(len(lat)*99)/100]), "p99_ms")
+	b.ReportMetric(ms(lat[len(lat)-1]), "max_ms")
+	slices.Sort(post)
+	b.ReportMetric(ms(post[len(post)/2]), "post_p50_ms")
+	if len(running) > 0 {
+		slices.Sort(running)
+		b.ReportMetric(ms(running[len(running)/2]), "running_p50_ms")
+	}
+	b.ReportMetric(0, "ns/op")
+}

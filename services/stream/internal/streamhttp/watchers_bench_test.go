@@ -1,0 +1,390 @@
+package streamhttp_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbtest"
+	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/natstest"
+	"github.com/chatd/chatd/services/stream/internal/streamhttp"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
+)
+
+// The watcher benchmarks run the stream endpoint in process against the real
+// database and a real NATS server: each watcher is one ServeHTTP call (SSE)
+// with its own stream loop, NATS subscription and poller registration, as in
+// production. Two things differ from a stream replica:
+//
+//   - the live parts come from hub, a fan-out feeder implementing the
+//     endpoint's PartFeed (streamloop.Parts plus C and Close), not from one
+//     relay forwarder (a RelayService call) per watcher; so the relay's and
+//     the worker's share of the work is not measured here;
+//   - the response writer is sink, which counts the SSE bytes and the
+//     message_part events the handler writes instead of sending them over
+//     a socket; so the cost of TCP and of a client parsing SSE is not
+//     measured either.
+//
+// Each part's text is the time it was published ("@<unix nanos>@"), so a
+// sink computes each part's latency from publish to the handler's write.
+
+// hub feeds the same parts to every watcher's loop.
+type hub struct {
+	mu      sync.Mutex
+	feeds   map[*feed]struct{}
+	ready   atomic.Int64 // feeds configured with an episode
+	readyCh chan struct{}
+	want    int64
+}
+
+func newHub(want int) *hub {
+	return &hub{feeds: map[*feed]struct{}{}, readyCh: make(chan struct{}), want: int64(want)}
+}
+
+func (h *hub) newFeed(uuid.UUID) streamloop.Parts {
+	f := &feed{h: h, ch: make(chan streamloop.LivePart, 64)}
+	h.mu.Lock()
+	h.feeds[f] = struct{}{}
+	h.mu.Unlock()
+	return f
+}
+
+// publish hands p to every feed, waiting for the full ones (so a publisher
+// faster than the watchers is slowed down to their pace).
+func (h *hub) publish(p streamloop.LivePart) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for f := range h.feeds {
+		f.ch <- p
+	}
+}
+
+// feed is one watcher's part source.
+type feed struct {
+	h    *hub
+	ch   chan streamloop.LivePart
+	once sync.Once
+}
+
+// Configure marks the feed ready once the loop selects an episode.
+func (f *feed) Configure(_ context.Context, ep streamloop.Episode) {
+	if ep.WorkerID == nil || ep.GenerationAttempt == 0 {
+		return
+	}
+	f.once.Do(func() {
+		if f.h.ready.Add(1) == f.h.want {
+			close(f.h.readyCh)
+		}
+	})
+}
+
+func (f *feed) C() <-chan streamloop.LivePart { return f.ch }
+
+func (f *feed) Close() {
+	f.h.mu.Lock()
+	delete(f.h.feeds, f)
+	f.h.mu.Unlock()
+}
+
+var _ streamhttp.PartFeed = (*feed)(nil)
+
+// sink is a watcher's http.ResponseWriter (and Flusher).
+type sink struct {
+	header http.Header
+	parts  atomic.Int64
+	last   chan struct{} // closed when the part with seq stopAt was written
+	stopAt atomic.Int64
+	record atomic.Bool
+	lat    []time.Duration // written by the handler goroutine only
+}
+
+func newSink() *sink {
+	return &sink{header: http.Header{}, last: make(chan struct{})}
+}
+
+func (s *sink) Header() http.Header { return s.header }
+func (s *sink) WriteHeader(int)     {}
+func (s *sink) Flush()              {}
+
+var marker = []byte("@")
+
+func (s *sink) Write(b []byte) (int, error) {
+	now := time.Now()
+	n := int64(bytes.Count(b, []byte(`"type":"message_part"`)))
+	if n == 0 {
+		return len(b), nil
+	}
+	if s.record.Load() {
+		rest := b
+		for {
+			i := bytes.Index(rest, marker)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+1:]
+			j := bytes.Index(rest, marker)
+			if j < 0 {
+				break
+			}
+			if ns, err := strconv.ParseInt(string(rest[:j]), 10, 64); err == nil {
+				s.lat = append(s.lat, now.Sub(time.Unix(0, ns)))
+			}
+			rest = rest[j+1:]
+		}
+	}
+	if got := s.parts.Add(n); got == s.stopAt.Load() {
+		close(s.last)
+	}
+	return len(b), nil
+}
+
+// watchEnv is a chat whose current episode has a worker and a generation
+// attempt, and a stream endpoint serving it.
+type watchEnv struct {
+	chatID  uuid.UUID
+	ep      streamloop.Episode
+	handler http.Handler
+	token   string
+	hub     *hub
+	pool    *pgxpool.Pool
+}
+
+func newWatchEnv(b *testing.B, watchers int) *watchEnv {
+	b.Helper()
+	ctx := context.Background()
+	pool := dbtest.NewPool(b)
+	nc := natstest.NewConn(b)
+	snc := natstest.Connect(b, nc.ConnectedUrl())
+	org, user := uuid.New(), uuid.New()
+	q := queries.New(pool)
+	must(b, q.OrganizationEnsure(ctx, queries.OrganizationEnsureParams{ID: org, Name: "org"}))
+	must(b, q.UserEnsure(ctx, queries.UserEnsureParams{ID: user, Name: "user"}))
+	m := chatstate.New(pool, chatstate.Config{})
+	chatID := uuid.New()
+	_, err := m.Create(ctx, chatstate.CreateParams{ID: chatID, OrganizationID: org, OwnerID: user, Title: "t",
+		Messages: []chatstate.NewMessage{{Role: chatstate.RoleSystem, Content: text("sys")}, chatstate.UserMessage(text("hello"))}})
+	must(b, err)
+	worker := uuid.New()
+	var hv, ga int64
+	_, err = m.Update(ctx, chatID, func(tx *chatstate.Tx) error {
+		if err := tx.Acquire(ctx, worker, uuid.New()); err != nil {
+			return err
+		}
+		if err := tx.RecordGenerationAttempt(ctx); err != nil {
+			return err
+		}
+		hv, ga = tx.Chat().HistoryVersion, tx.Chat().GenerationAttempt
+		return nil
+	})
+	must(b, err)
+	v, err := auth.NewVerifier(auth.Config{Secret: []byte(secret)})
+	must(b, err)
+	signer, err := auth.NewSigner([]byte(secret))
+	must(b, err)
+	token, err := signer.Sign(auth.Claims{UserID: user, OrganizationID: org}, time.Hour)
+	must(b, err)
+
+	pctx, cancel := context.WithCancel(ctx)
+	b.Cleanup(cancel)
+	poller := &streamhttp.Poller{Pool: pool}
+	go poller.Run(pctx)
+	h := newHub(watchers)
+	s := &streamhttp.Server{Pool: pool, NATS: snc, Verifier: v, Poller: poller, Parts: h.newFeed,
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
+	mux := http.NewServeMux()
+	s.Register(mux)
+	return &watchEnv{chatID: chatID, ep: streamloop.Episode{WorkerID: &worker, HistoryVersion: hv, GenerationAttempt: ga},
+		handler: mux, token: token, hub: h, pool: pool}
+}
+
+func must(b *testing.B, err error) {
+	b.Helper()
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// watch starts n watchers and waits until every one has bootstrapped and
+// selected the episode (the database pool, 32 connections, bounds how many
+// bootstrap at once).
+func (e *watchEnv) watch(b *testing.B, ctx context.Context, n int) ([]*sink, *sync.WaitGroup) {
+	b.Helper()
+	sinks := make([]*sink, n)
+	var wg sync.WaitGroup
+	for i := range sinks {
+		s := newSink()
+		sinks[i] = s
+		req := httptest.NewRequestWithContext(ctx, "GET", "/api/v2/chats/"+e.chatID.String()+"/stream", nil)
+		req.Header.Set("Authorization", "Bearer "+e.token)
+		req.Header.Set("Accept", "text/event-stream")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.handler.ServeHTTP(s, req)
+		}()
+	}
+	select {
+	case <-e.hub.readyCh:
+	case <-time.After(10 * time.Minute):
+		b.Fatalf("only %d of %d watchers selected the episode", e.hub.ready.Load(), n)
+	}
+	return sinks, &wg
+}
+
+// publish sends count parts with seq from+1 on, at rate parts per second
+// (0: as fast as the watchers take them).
+func (e *watchEnv) publish(from, count int64, rate float64) {
+	var tick *time.Ticker
+	if rate > 0 {
+		tick = time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer tick.Stop()
+	}
+	for seq := from + 1; seq <= from+count; seq++ {
+		if tick != nil {
+			<-tick.C
+		}
+		data := fmt.Sprintf(`{"type":"text","text":"@%d@"}`, time.Now().UnixNano())
+		e.hub.publish(streamloop.LivePart{HistoryVersion: e.ep.HistoryVersion, GenerationAttempt: e.ep.GenerationAttempt,
+			Seq: seq, Role: "assistant", Data: data})
+	}
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// BenchmarkWatchers: CHATD_BENCH_WATCHERS (default 10,000) watchers of one
+// chat on one stream endpoint. Three phases:
+//
+//  1. memory: the heap and goroutines per watcher once all have
+//     bootstrapped (heap_B/watcher, goroutines/watcher);
+//  2. latency: CHATD_BENCH_PARTS (default 100) parts at
+//     CHATD_BENCH_PART_RATE parts/s (default 20, a model streaming 20
+//     tokens/s), every part's latency from publish to the handler's write at
+//     every watcher (p50_ms, p99_ms, max_ms over parts × watchers), and
+//     the publishing rate achieved (published_parts/s: below the requested
+//     rate when the watchers could not keep up, since the feeds push back);
+//  3. saturation: the same number of parts published as fast as the
+//     watchers take them; parts/s delivered to each client
+//     (fanout_parts/s/client) and in total (fanout_parts/s).
+//
+// Run it alone, once: go test -run '^$' -bench Watchers -benchtime 1x .
+func BenchmarkWatchers(b *testing.B) {
+	n := envInt("CHATD_BENCH_WATCHERS", 10000)
+	parts := int64(envInt("CHATD_BENCH_PARTS", 100))
+	rate := float64(envInt("CHATD_BENCH_PART_RATE", 20))
+	for i := 0; i < b.N; i++ {
+		e := newWatchEnv(b, n)
+		ctx, cancel := context.WithCancel(context.Background())
+		heap0, g0 := heapInUse(), runtime.NumGoroutine()
+		start := time.Now()
+		sinks, wg := e.watch(b, ctx, n)
+		connect := time.Since(start)
+		heap1, g1 := heapInUse(), runtime.NumGoroutine()
+
+		// Latency at a model's pace.
+		for _, s := range sinks {
+			s.record.Store(true)
+			s.lat = make([]time.Duration, 0, parts)
+			s.stopAt.Store(parts)
+		}
+		pubStart := time.Now()
+		e.publish(0, parts, rate)
+		// A publisher that the watchers cannot keep up with is slowed down
+		// (full feeds block it, and its ticker drops ticks): the rate it
+		// achieved says whether the watchers kept the requested pace.
+		achieved := float64(parts) / time.Since(pubStart).Seconds()
+		for _, s := range sinks {
+			<-s.last
+		}
+		var lat []time.Duration
+		for _, s := range sinks {
+			s.record.Store(false)
+			lat = append(lat, s.lat...)
+		}
+		if int64(len(lat)) != parts*int64(n) {
+			b.Fatalf("%d part latencies, want %d", len(lat), parts*int64(n))
+		}
+		slices.Sort(lat)
+
+		// Saturation.
+		for _, s := range sinks {
+			s.last = make(chan struct{})
+			s.stopAt.Store(2 * parts)
+		}
+		start = time.Now()
+		e.publish(parts, parts, 0)
+		for _, s := range sinks {
+			<-s.last
+		}
+		sat := time.Since(start)
+		for _, s := range sinks {
+			if got := s.parts.Load(); got != 2*parts {
+				b.Fatalf("a watcher got %d parts, want %d", got, 2*parts)
+			}
+		}
+		cancel()
+		wg.Wait()
+
+		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+		b.ReportMetric(float64(n), "watchers")
+		b.ReportMetric(connect.Seconds(), "connect_s")
+		b.ReportMetric(float64(int64(heap1)-int64(heap0))/float64(n), "heap_B/watcher")
+		b.ReportMetric(float64(g1-g0)/float64(n), "goroutines/watcher")
+		b.ReportMetric(achieved, "published_parts/s")
+		b.ReportMetric(ms(lat[len(lat)/2]), "p50_ms")
+		b.ReportMetric(ms(lat[len(lat)*99/100]), "p99_ms")
+		b.ReportMetric(ms(lat[len(lat)-1]), "max_ms")
+		b.ReportMetric(float64(parts)/sat.Seconds(), "fanout_parts/s/client")
+		b.ReportMetric(float64(parts)*float64(n)/sat.Seconds(), "fanout_parts/s")
+		b.ReportMetric(0, "ns/op")
+	}
+}
+
+// BenchmarkOneWatcherParts: one watcher, b.N parts published as fast as it
+// takes them; reports the parts per second delivered to that client.
+func BenchmarkOneWatcherParts(b *testing.B) {
+	e := newWatchEnv(b, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	sinks, wg := e.watch(b, ctx, 1)
+	s := sinks[0]
+	s.stopAt.Store(int64(b.N))
+	b.ResetTimer()
+	e.publish(0, int64(b.N), 0)
+	<-s.last
+	b.StopTimer()
+	if got := s.parts.Load(); got != int64(b.N) {
+		b.Fatalf("got %d parts, want %d", got, b.N)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "parts/s")
+	cancel()
+	wg.Wait()
+}
