@@ -28,6 +28,17 @@ type Part struct {
 
 	// text, reasoning
 	Text string `json:"text,omitempty"`
+	// Hook, on a text part a lifecycle hook's response produced (its
+	// model_context or user_message), names the event, e.g. "stop". The
+	// worker reads it to continue a turn on stop at most once.
+	Hook string `json:"hook,omitempty"`
+	// Audience, on a text part a hook attached to a prompt in transit
+	// (AudienceModel or AudienceUser), says who may see it. Such parts
+	// never stay in a stored message: when the prompt enters history,
+	// chatstate stores them as a model-only and a user-only row next to it
+	// (see Content.SplitAudience); until then (a queued prompt) clients get
+	// Content.ForUser.
+	Audience string `json:"audience,omitempty"`
 
 	// tool-call, tool-result
 	ToolCallID string          `json:"tool_call_id,omitempty"`
@@ -35,6 +46,10 @@ type Part struct {
 	Args       json.RawMessage `json:"args,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
 	IsError    bool            `json:"is_error,omitempty"`
+	// PolicyModified marks a tool call whose input a lifecycle hook
+	// replaced (pre_tool_use allow with input_override): clients show
+	// "Modified by policy". Args is the input the tool ran with.
+	PolicyModified bool `json:"policy_modified,omitempty"`
 
 	// file
 	FileID    string `json:"file_id,omitempty"`
@@ -83,11 +98,11 @@ func ParseContent(raw []byte) (Content, error) {
 	return c, nil
 }
 
-// PlainText concatenates the text parts.
+// PlainText concatenates the text parts (not the parts for one audience).
 func (c Content) PlainText() string {
 	var b strings.Builder
 	for _, p := range c {
-		if p.Type == PartText {
+		if p.Type == PartText && p.Audience == "" {
 			b.WriteString(p.Text)
 		}
 	}
@@ -99,6 +114,9 @@ func (c Content) Validate() error {
 	for i, p := range c {
 		switch p.Type {
 		case PartText, PartReasoning:
+			if p.Audience != "" && (p.Type != PartText || (p.Audience != AudienceModel && p.Audience != AudienceUser)) {
+				return fmt.Errorf("part %d: audience %q is only %q or %q on a text part", i, p.Audience, AudienceModel, AudienceUser)
+			}
 		case PartToolCall:
 			if p.ToolCallID == "" || p.ToolName == "" {
 				return fmt.Errorf("part %d: a tool-call needs tool_call_id and tool_name", i)

@@ -20,7 +20,10 @@ type CreateParams struct {
 	OrganizationID uuid.UUID
 	OwnerID        uuid.UUID
 	// ParentChatID makes the chat a child (subagent) of that chat.
-	ParentChatID    *uuid.UUID
+	ParentChatID *uuid.UUID
+	// ProjectID puts a root chat in a project (its memory); a child chat
+	// cannot have one.
+	ProjectID       *uuid.UUID
 	Title           string
 	TitleSource     queries.ChatTitleSource
 	SystemPrompt    string
@@ -54,6 +57,9 @@ func (m *Machine) Create(ctx context.Context, p CreateParams) (CreateResult, err
 	}
 	if len(p.DynamicTools) == 0 {
 		p.DynamicTools = json.RawMessage(`[]`)
+	}
+	if p.ProjectID != nil && p.ParentChatID != nil {
+		return CreateResult{}, fmt.Errorf("create chat %s: a subagent chat cannot be in a project: %w", p.ID, ErrInvalidArgument)
 	}
 	status, variant := StatusWaiting, VariantNoUserMessage
 	for _, msg := range p.Messages {
@@ -96,7 +102,7 @@ func (m *Machine) Create(ctx context.Context, p CreateParams) (CreateResult, err
 			Title: p.Title, TitleSource: p.TitleSource, Now: now,
 			SystemPrompt: p.SystemPrompt, DynamicTools: p.DynamicTools,
 			LastModelConfigID: p.ModelConfigID, LastReasoningEffort: p.ReasoningEffort,
-			Status: status,
+			ProjectID: p.ProjectID, Status: status,
 		})
 		if err != nil {
 			return fmt.Errorf("insert chat %s: %w", p.ID, err)

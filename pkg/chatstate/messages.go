@@ -70,6 +70,31 @@ func (tx *Tx) insertMessage(ctx context.Context, m NewMessage, queuedID *int64) 
 	if err := m.validate(); err != nil {
 		return queries.ChatMessage{}, err
 	}
+	if m.Role == RoleUser {
+		// A prompt's lifecycle hook effects (chatmsg.Part.Audience) become
+		// their own rows: the model-only one right before the prompt, the
+		// user-only one right after it. The prompt row is returned.
+		rest, modelOnly, userOnly := m.Content.SplitAudience()
+		if modelOnly != nil || userOnly != nil {
+			if modelOnly != nil {
+				if _, err := tx.insertRow(ctx, NewMessage{Role: RoleUser, Visibility: VisibleToModel, Content: modelOnly, CreatedBy: m.CreatedBy}, nil); err != nil {
+					return queries.ChatMessage{}, err
+				}
+			}
+			m.Content = rest
+			row, err := tx.insertRow(ctx, m, queuedID)
+			if err != nil || userOnly == nil {
+				return row, err
+			}
+			_, err = tx.insertRow(ctx, NewMessage{Role: RoleUser, Visibility: VisibleToUser, Content: userOnly, CreatedBy: m.CreatedBy}, nil)
+			return row, err
+		}
+	}
+	return tx.insertRow(ctx, m, queuedID)
+}
+
+// insertRow inserts m as one row.
+func (tx *Tx) insertRow(ctx context.Context, m NewMessage, queuedID *int64) (queries.ChatMessage, error) {
 	vis := m.Visibility
 	if vis == "" {
 		vis = VisibleToBoth

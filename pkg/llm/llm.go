@@ -109,7 +109,18 @@ type Request struct {
 	// media type is one the provider cannot take, a file part is sent as a
 	// short text placeholder naming the file.
 	Files FileLoader
+	// Purpose says what the call is for: empty for a chat's turn,
+	// PurposeTitle for automatic title generation. Real providers ignore
+	// it; the scripted model answers a title request with the prompt's
+	// ::title directive.
+	Purpose Purpose
 }
+
+// Purpose is what a model call is for (Request.Purpose).
+type Purpose string
+
+// PurposeTitle: generate a chat's title from its first prompt.
+const PurposeTitle Purpose = "title"
 
 // FileLoader loads the content of a file part.
 type FileLoader interface {

@@ -25,6 +25,9 @@ type Common struct {
 	// ShutdownTimeout bounds the graceful stop after SIGTERM
 	// (CHATD_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
+	// MetricsAddr is where a separate HTTP listener serves /metrics
+	// (CHATD_METRICS_ADDR); only read by services that call DeclareMetrics.
+	MetricsAddr string
 	// Embedded, set only by a process hosting several services (chatd dev),
 	// replaces the network edges; it is not a setting.
 	Embedded Embedded
@@ -43,6 +46,14 @@ func (c *Common) DeclareCommon(v *Vars, grpcAddr string) {
 		"Lowest log level written: debug, info, warn or error.")
 	v.Duration(&c.ShutdownTimeout, "CHATD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout,
 		"How long a graceful stop may wait for open calls after SIGTERM before closing them.")
+}
+
+// DeclareMetrics adds CHATD_METRICS_ADDR (default def, "" for none) to v.
+// A service with its own HTTP listener serves /metrics there as well; for
+// the others (worker, relay) it is the only way to scrape them.
+func (c *Common) DeclareMetrics(v *Vars, def string) {
+	v.Addr(&c.MetricsAddr, "CHATD_METRICS_ADDR", def,
+		"host:port a separate HTTP listener serves Prometheus metrics (/metrics) and /healthz on; empty means no separate listener (services with CHATD_HTTP_ADDR serve /metrics there).", true)
 }
 
 // Base returns c; through embedding it gives every service config access to

@@ -22,6 +22,12 @@ type Embedded struct {
 	DialOptions  []grpc.DialOption
 }
 
+// Hosted reports whether the service runs inside another process (any
+// edge is replaced).
+func (e Embedded) Hosted() bool {
+	return e.GRPCListener != nil || e.HTTPListener != nil || len(e.DialOptions) > 0
+}
+
 // InProcess is an in-memory network for services hosted in one process:
 // each listens on a named in-memory listener, and its dial options reach
 // those names without a socket. Addresses are gRPC targets

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/chatd/chatd/pkg/telemetry"
 )
 
 // Exit codes of Main.
@@ -58,7 +60,9 @@ func Main(p Program, args []string, lookupEnv func(string) (string, bool), stdou
 		return ExitUsage
 	}
 
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: p.Config.Base().LogLevel})).
+	// JSON lines; a line logged with a span's context carries its trace_id
+	// and span_id.
+	log := slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: p.Config.Base().LogLevel}))).
 		With("service", p.Name)
 	slog.SetDefault(log)
 

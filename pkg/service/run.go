@@ -64,7 +64,20 @@ type Options struct {
 	// HTTP facade (grpc-gateway) reaches the handlers through the same
 	// interceptors without a network hop. mux is nil without HTTP.
 	RegisterGateway func(conn *grpc.ClientConn, mux *http.ServeMux) error
+	// MetricsHandler, when set, is served at MetricsPath (GET): on the HTTP
+	// listener when there is one, and on the metrics listener.
+	MetricsHandler http.Handler
+	// MetricsAddr is the listen address of a separate HTTP listener that
+	// serves only MetricsPath and HealthzPath; "" (and no MetricsListener)
+	// means none. It needs MetricsHandler.
+	MetricsAddr string
+	// MetricsListener, when set, is served instead of listening on
+	// MetricsAddr. Run closes it.
+	MetricsListener net.Listener
 }
+
+// MetricsPath is where MetricsHandler is mounted.
+const MetricsPath = "/metrics"
 
 // Run serves the service until ctx ends (Main cancels it on SIGTERM or
 // SIGINT) and then shuts down: the health service turns NOT_SERVING, the
@@ -87,8 +100,15 @@ func Run(ctx context.Context, opts Options) error {
 
 	glis, hlis, err := listen(opts)
 	if err != nil {
+		closeAll(opts.MetricsListener)
 		return err
 	}
+	mlis, err := listenMetrics(opts)
+	if err != nil {
+		closeAll(glis, hlis)
+		return err
+	}
+	closeAll := func(ls ...net.Listener) { closeAll(append(ls, mlis)...) }
 
 	gs := grpc.NewServer(opts.ServerOptions...)
 	hs := health.NewServer()
@@ -98,9 +118,10 @@ func Run(ctx context.Context, opts Options) error {
 	var mux *http.ServeMux
 	if hlis != nil {
 		mux = http.NewServeMux()
-		mux.HandleFunc("GET "+HealthzPath, func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = w.Write([]byte("ok\n"))
-		})
+		mux.HandleFunc("GET "+HealthzPath, healthz)
+		if opts.MetricsHandler != nil {
+			mux.Handle("GET "+MetricsPath, opts.MetricsHandler)
+		}
 	}
 	if opts.Register != nil {
 		if err := opts.Register(gs, mux); err != nil {
@@ -136,7 +157,7 @@ func Run(ctx context.Context, opts Options) error {
 
 	// Each server sends exactly one value: nil after a requested stop, an
 	// error when it stopped on its own.
-	served := make(chan error, 2)
+	served := make(chan error, 3)
 	running := 1
 	go func() { served <- gs.Serve(glis) }()
 	if inproc != nil {
@@ -155,9 +176,27 @@ func Run(ctx context.Context, opts Options) error {
 			served <- err
 		}()
 	}
+	var msrv *http.Server
+	if mlis != nil {
+		running++
+		mmux := http.NewServeMux()
+		mmux.HandleFunc("GET "+HealthzPath, healthz)
+		mmux.Handle("GET "+MetricsPath, opts.MetricsHandler)
+		msrv = &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			err := msrv.Serve(mlis)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			served <- err
+		}()
+	}
 	attrs := []any{"grpc_addr", glis.Addr().String()}
 	if hlis != nil {
 		attrs = append(attrs, "http_addr", hlis.Addr().String())
+	}
+	if mlis != nil {
+		attrs = append(attrs, "metrics_addr", mlis.Addr().String())
 	}
 	log.Info("serving", attrs...)
 
@@ -175,6 +214,15 @@ func Run(ctx context.Context, opts Options) error {
 
 	hs.Shutdown()
 	shutdown(log, gs, hsrv, inprocConn, timeout)
+	if msrv != nil {
+		// Metrics stay scrapable while the others drain; it has no
+		// long-lived requests to wait for.
+		sctx, cancel := context.WithTimeout(context.Background(), timeout)
+		if err := msrv.Shutdown(sctx); err != nil {
+			_ = msrv.Close()
+		}
+		cancel()
+	}
 	for ; running > 0; running-- {
 		if err := <-served; err != nil && serveErr == nil {
 			serveErr = err
@@ -204,6 +252,27 @@ func listen(opts Options) (glis, hlis net.Listener, err error) {
 		}
 	}
 	return glis, hlis, nil
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) }
+
+// listenMetrics opens the metrics listener when one is configured.
+func listenMetrics(opts Options) (net.Listener, error) {
+	if opts.MetricsListener == nil && opts.MetricsAddr == "" {
+		return nil, nil
+	}
+	if opts.MetricsHandler == nil {
+		closeAll(opts.MetricsListener)
+		return nil, errors.New("a metrics listener needs Options.MetricsHandler")
+	}
+	if opts.MetricsListener != nil {
+		return opts.MetricsListener, nil
+	}
+	l, err := net.Listen("tcp", opts.MetricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("error listening for metrics on %s: %w", opts.MetricsAddr, err)
+	}
+	return l, nil
 }
 
 // shutdown stops both servers at once, each gracefully within timeout, then

@@ -102,6 +102,9 @@ func Run(ctx context.Context, cfg Config, ready func(Ready)) (err error) {
 		"CHATD_DATABASE_URL": dbURL,
 		"CHATD_NATS_URL":     natsURL,
 		"CHATD_AUTH_SECRET":  id.Secret,
+		// Worker and relay would both bind one address: in one process
+		// there are no separate metrics listeners.
+		"CHATD_METRICS_ADDR": "",
 	}}
 	services, err := newServices(env, network)
 	if err != nil {

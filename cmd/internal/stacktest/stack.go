@@ -63,6 +63,12 @@ type Options struct {
 	WorkerEnv []string
 	// LogLevel is every service's CHATD_LOG_LEVEL; "" means warn.
 	LogLevel string
+	// Env holds extra KEY=value settings for every service (before the
+	// per-service ones), e.g. CHATD_EXPERIMENTS.
+	Env []string
+	// RelayEnv holds extra KEY=value settings for the relay, e.g.
+	// CHATD_METRICS_ADDR.
+	RelayEnv []string
 }
 
 // Start builds and starts the stack with one worker and the given number
@@ -86,6 +92,7 @@ func StartWith(t testing.TB, o Options) *Stack {
 	natsURL := natstest.URL(t)
 	root := RepoRoot(t)
 	common := []string{"CHATD_DATABASE_URL=" + dbURL, "CHATD_NATS_URL=" + natsURL, "CHATD_AUTH_SECRET=" + Secret, "CHATD_LOG_LEVEL=" + o.LogLevel}
+	common = append(common, o.Env...)
 	env := func(extra ...string) []string {
 		return servicetest.Env(append(append([]string{}, common...), extra...)...)
 	}
@@ -103,7 +110,7 @@ func StartWith(t testing.TB, o Options) *Stack {
 	}
 	s.Worker, s.WorkerGRPC = s.Workers[0], s.WorkerAddrs[0]
 	s.Relay = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/relay")),
-		env("CHATD_GRPC_ADDR="+s.RelayGRPC, "CHATD_ADVERTISE_ADDR="+s.RelayGRPC))
+		env(append([]string{"CHATD_GRPC_ADDR=" + s.RelayGRPC, "CHATD_ADVERTISE_ADDR=" + s.RelayGRPC}, o.RelayEnv...)...))
 	streamBin := servicetest.Build(t, filepath.Join(root, "services/stream"))
 	for i := 0; i < o.Streams; i++ {
 		addr := servicetest.FreeAddr(t)

@@ -152,7 +152,7 @@ func (q *Queries) ChatLimiterSetLockTimeout(ctx context.Context, lockTimeout str
 }
 
 const chatListByIDs = `-- name: ChatListByIDs :many
-SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at FROM chats WHERE id = ANY($1::uuid[])
+SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id FROM chats WHERE id = ANY($1::uuid[])
 `
 
 // The runner manager's database sync, every chat it runs, in one query.
@@ -193,6 +193,7 @@ func (q *Queries) ChatListByIDs(ctx context.Context, ids []uuid.UUID) ([]Chat, e
 			&i.CompactionRequestedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ProjectID,
 		); err != nil {
 			return nil, err
 		}

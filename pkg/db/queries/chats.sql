@@ -4,12 +4,12 @@
 INSERT INTO chats (
     id, organization_id, owner_id, parent_chat_id, root_chat_id,
     title, title_source, title_updated_at, system_prompt, dynamic_tools,
-    last_model_config_id, last_reasoning_effort,
+    last_model_config_id, last_reasoning_effort, project_id,
     status, snapshot_version, created_at, updated_at
 ) VALUES (
     @id, @organization_id, @owner_id, @parent_chat_id, @root_chat_id,
     @title, @title_source, @now, @system_prompt, @dynamic_tools,
-    @last_model_config_id, @last_reasoning_effort,
+    @last_model_config_id, @last_reasoning_effort, sqlc.narg(project_id),
     @status, 1, @now, @now
 )
 RETURNING *;

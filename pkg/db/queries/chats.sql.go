@@ -14,7 +14,7 @@ import (
 )
 
 const chatGet = `-- name: ChatGet :one
-SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at FROM chats WHERE id = $1
+SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id FROM chats WHERE id = $1
 `
 
 func (q *Queries) ChatGet(ctx context.Context, id uuid.UUID) (Chat, error) {
@@ -48,12 +48,13 @@ func (q *Queries) ChatGet(ctx context.Context, id uuid.UUID) (Chat, error) {
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
 
 const chatGetWithQueueLen = `-- name: ChatGetWithQueueLen :one
-SELECT chats.id, chats.organization_id, chats.owner_id, chats.parent_chat_id, chats.root_chat_id, chats.title, chats.title_source, chats.title_updated_at, chats.system_prompt, chats.dynamic_tools, chats.last_model_config_id, chats.last_reasoning_effort, chats.status, chats.archived, chats.worker_id, chats.runner_id, chats.last_error, chats.retry_state, chats.snapshot_version, chats.history_version, chats.queue_version, chats.generation_attempt, chats.retry_state_version, chats.requires_action_deadline_at, chats.compaction_requested_at, chats.created_at, chats.updated_at,
+SELECT chats.id, chats.organization_id, chats.owner_id, chats.parent_chat_id, chats.root_chat_id, chats.title, chats.title_source, chats.title_updated_at, chats.system_prompt, chats.dynamic_tools, chats.last_model_config_id, chats.last_reasoning_effort, chats.status, chats.archived, chats.worker_id, chats.runner_id, chats.last_error, chats.retry_state, chats.snapshot_version, chats.history_version, chats.queue_version, chats.generation_attempt, chats.retry_state_version, chats.requires_action_deadline_at, chats.compaction_requested_at, chats.created_at, chats.updated_at, chats.project_id,
     (SELECT count(*) FROM chat_queued_messages q WHERE q.chat_id = chats.id)::bigint AS queue_len
 FROM chats
 WHERE chats.id = $1
@@ -95,13 +96,14 @@ func (q *Queries) ChatGetWithQueueLen(ctx context.Context, id uuid.UUID) (ChatGe
 		&i.Chat.CompactionRequestedAt,
 		&i.Chat.CreatedAt,
 		&i.Chat.UpdatedAt,
+		&i.Chat.ProjectID,
 		&i.QueueLen,
 	)
 	return i, err
 }
 
 const chatIncrementGenerationAttempt = `-- name: ChatIncrementGenerationAttempt :one
-UPDATE chats SET generation_attempt = generation_attempt + 1 WHERE id = $1 RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+UPDATE chats SET generation_attempt = generation_attempt + 1 WHERE id = $1 RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `
 
 func (q *Queries) ChatIncrementGenerationAttempt(ctx context.Context, id uuid.UUID) (Chat, error) {
@@ -135,6 +137,7 @@ func (q *Queries) ChatIncrementGenerationAttempt(ctx context.Context, id uuid.UU
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
@@ -143,15 +146,15 @@ const chatInsert = `-- name: ChatInsert :one
 INSERT INTO chats (
     id, organization_id, owner_id, parent_chat_id, root_chat_id,
     title, title_source, title_updated_at, system_prompt, dynamic_tools,
-    last_model_config_id, last_reasoning_effort,
+    last_model_config_id, last_reasoning_effort, project_id,
     status, snapshot_version, created_at, updated_at
 ) VALUES (
     $1, $2, $3, $4, $5,
     $6, $7, $8, $9, $10,
-    $11, $12,
-    $13, 1, $8, $8
+    $11, $12, $13,
+    $14, 1, $8, $8
 )
-RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `
 
 type ChatInsertParams struct {
@@ -167,6 +170,7 @@ type ChatInsertParams struct {
 	DynamicTools        json.RawMessage
 	LastModelConfigID   *uuid.UUID
 	LastReasoningEffort *string
+	ProjectID           *uuid.UUID
 	Status              ChatStatus
 }
 
@@ -186,6 +190,7 @@ func (q *Queries) ChatInsert(ctx context.Context, arg ChatInsertParams) (Chat, e
 		arg.DynamicTools,
 		arg.LastModelConfigID,
 		arg.LastReasoningEffort,
+		arg.ProjectID,
 		arg.Status,
 	)
 	var i Chat
@@ -217,12 +222,13 @@ func (q *Queries) ChatInsert(ctx context.Context, arg ChatInsertParams) (Chat, e
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
 
 const chatListByOwner = `-- name: ChatListByOwner :many
-SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at FROM chats
+SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id FROM chats
 WHERE owner_id = $1
   AND organization_id = $2
   AND ($3::boolean IS NULL OR archived = $3::boolean)
@@ -286,6 +292,7 @@ func (q *Queries) ChatListByOwner(ctx context.Context, arg ChatListByOwnerParams
 			&i.CompactionRequestedAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ProjectID,
 		); err != nil {
 			return nil, err
 		}
@@ -331,7 +338,7 @@ const chatLockAndBump = `-- name: ChatLockAndBump :one
 UPDATE chats
 SET snapshot_version = snapshot_version + 1
 WHERE chats.id = $1
-RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `
 
 // Opens every transition bundle: the UPDATE locks the row (FOR NO KEY UPDATE
@@ -369,12 +376,13 @@ func (q *Queries) ChatLockAndBump(ctx context.Context, id uuid.UUID) (Chat, erro
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
 
 const chatLockForShare = `-- name: ChatLockForShare :one
-SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at FROM chats WHERE id = $1 FOR SHARE
+SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id FROM chats WHERE id = $1 FOR SHARE
 `
 
 // A read-only view of a chat under a row lock that waits for any bundle in
@@ -410,12 +418,13 @@ func (q *Queries) ChatLockForShare(ctx context.Context, id uuid.UUID) (Chat, err
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
 
 const chatLockForUpdate = `-- name: ChatLockForUpdate :one
-SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at FROM chats WHERE id = $1 FOR UPDATE
+SELECT id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id FROM chats WHERE id = $1 FOR UPDATE
 `
 
 func (q *Queries) ChatLockForUpdate(ctx context.Context, id uuid.UUID) (Chat, error) {
@@ -449,6 +458,7 @@ func (q *Queries) ChatLockForUpdate(ctx context.Context, id uuid.UUID) (Chat, er
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
@@ -491,7 +501,7 @@ SET archived = false,
     compaction_requested_at = NULL,
     updated_at = $2
 WHERE id = $3
-RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `
 
 type ChatReconcileInvalidParams struct {
@@ -531,6 +541,7 @@ func (q *Queries) ChatReconcileInvalid(ctx context.Context, arg ChatReconcileInv
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
@@ -545,7 +556,7 @@ SET status = 'running',
     generation_attempt = 0,
     updated_at = $1
 WHERE id = $2
-RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `
 
 type ChatRequestCompactionParams struct {
@@ -587,12 +598,13 @@ func (q *Queries) ChatRequestCompaction(ctx context.Context, arg ChatRequestComp
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
 
 const chatSetArchived = `-- name: ChatSetArchived :one
-UPDATE chats SET archived = $1, updated_at = $2 WHERE id = $3 RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+UPDATE chats SET archived = $1, updated_at = $2 WHERE id = $3 RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `
 
 type ChatSetArchivedParams struct {
@@ -632,6 +644,7 @@ func (q *Queries) ChatSetArchived(ctx context.Context, arg ChatSetArchivedParams
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
@@ -647,7 +660,7 @@ SET status = $1,
     last_reasoning_effort = COALESCE($6, last_reasoning_effort),
     updated_at = $7
 WHERE id = $8
-RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `
 
 type ChatSetExecutionParams struct {
@@ -704,12 +717,13 @@ func (q *Queries) ChatSetExecution(ctx context.Context, arg ChatSetExecutionPara
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
 
 const chatSetOwner = `-- name: ChatSetOwner :one
-UPDATE chats SET worker_id = $1, runner_id = $2 WHERE id = $3 RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+UPDATE chats SET worker_id = $1, runner_id = $2 WHERE id = $3 RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `
 
 type ChatSetOwnerParams struct {
@@ -749,12 +763,13 @@ func (q *Queries) ChatSetOwner(ctx context.Context, arg ChatSetOwnerParams) (Cha
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
 
 const chatSetRetryState = `-- name: ChatSetRetryState :one
-UPDATE chats SET retry_state = $1 WHERE id = $2 RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+UPDATE chats SET retry_state = $1 WHERE id = $2 RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `
 
 type ChatSetRetryStateParams struct {
@@ -793,6 +808,7 @@ func (q *Queries) ChatSetRetryState(ctx context.Context, arg ChatSetRetryStatePa
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }
@@ -804,7 +820,7 @@ WHERE id = $4
   AND array_position(enum_range(NULL::chat_title_source), title_source)
       <= array_position(enum_range(NULL::chat_title_source), $2::chat_title_source)
   AND NOT (title_source = 'user' AND $2::chat_title_source = 'user' AND title = $1)
-RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at
+RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `
 
 type ChatSetTitleParams struct {
@@ -854,6 +870,7 @@ func (q *Queries) ChatSetTitle(ctx context.Context, arg ChatSetTitleParams) (Cha
 		&i.CompactionRequestedAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ProjectID,
 	)
 	return i, err
 }

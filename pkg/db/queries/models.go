@@ -294,6 +294,7 @@ type Chat struct {
 	CompactionRequestedAt    *time.Time
 	CreatedAt                time.Time
 	UpdatedAt                time.Time
+	ProjectID                *uuid.UUID
 }
 
 type ChatFile struct {
@@ -313,6 +314,18 @@ type ChatHeartbeat struct {
 	ChatID      uuid.UUID
 	RunnerID    uuid.UUID
 	HeartbeatAt time.Time
+}
+
+type ChatMcpServer struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	Name           string
+	Url            string
+	Headers        json.RawMessage
+	BearerToken    string
+	Enabled        bool
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 }
 
 type ChatMessage struct {
@@ -348,6 +361,33 @@ type ChatModelConfig struct {
 	UpdatedAt            time.Time
 }
 
+type ChatOrganizationModelOverride struct {
+	OrganizationID  uuid.UUID
+	Context         string
+	ModelConfigID   uuid.UUID
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+	ReasoningEffort *string
+}
+
+type ChatProject struct {
+	ID             uuid.UUID
+	OrganizationID uuid.UUID
+	OwnerID        uuid.UUID
+	Name           string
+	CreatedAt      time.Time
+}
+
+type ChatProjectMemory struct {
+	ProjectID       uuid.UUID
+	Name            string
+	Title           string
+	Content         string
+	UpdatedByChatID *uuid.UUID
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
 type ChatProvider struct {
 	ID           uuid.UUID
 	ProviderType string
@@ -378,6 +418,24 @@ type ChatRequest struct {
 	InputHash []byte
 	Response  []byte
 	CreatedAt time.Time
+}
+
+type ChatUserCompactionThreshold struct {
+	UserID           uuid.UUID
+	ModelConfigID    uuid.UUID
+	ThresholdPercent int32
+	UpdatedAt        time.Time
+}
+
+type ChatUserModelOverride struct {
+	UserID          uuid.UUID
+	OrganizationID  uuid.UUID
+	Context         string
+	Mode            string
+	ModelConfigID   *uuid.UUID
+	ReasoningEffort *string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
 }
 
 type ChatWorker struct {

@@ -104,7 +104,7 @@ func Open(p modelconfig.Provider, cfg modelconfig.ModelConfig) (*Model, error) {
 	var fp fantasy.Provider
 	switch p.Type {
 	case modelconfig.ProviderOpenAI:
-		po := []openai.Option{openai.WithAPIKey(key), openai.WithSDKOptions(isolate...)}
+		po := []openai.Option{openai.WithAPIKey(key), openai.WithSDKOptions(isolate...), openai.WithHTTPClient(httpClient())}
 		if p.BaseURL != "" {
 			po = append(po, openai.WithBaseURL(p.BaseURL))
 		}
@@ -121,14 +121,15 @@ func Open(p modelconfig.Provider, cfg modelconfig.ModelConfig) (*Model, error) {
 			return nil, errors.New("fantasyprovider: an openai-compat provider needs a base URL")
 		}
 		m.api = APIChatCompletions
-		fp, err = openaicompat.New(openaicompat.WithBaseURL(p.BaseURL), openaicompat.WithAPIKey(key), openaicompat.WithSDKOptions(isolate...))
+		fp, err = openaicompat.New(openaicompat.WithBaseURL(p.BaseURL), openaicompat.WithAPIKey(key), openaicompat.WithSDKOptions(isolate...),
+			openaicompat.WithHTTPClient(httpClient()))
 	case modelconfig.ProviderAnthropic:
 		if key == "" {
 			// The Anthropic SDK would fall back to ANTHROPIC_API_KEY,
 			// ANTHROPIC_AUTH_TOKEN or a profile from the environment.
 			return nil, errors.New("fantasyprovider: an anthropic provider needs an API key")
 		}
-		ao := []anthropic.Option{anthropic.WithAPIKey(key)}
+		ao := []anthropic.Option{anthropic.WithAPIKey(key), anthropic.WithHTTPClient(httpClient())}
 		if p.BaseURL != "" {
 			ao = append(ao, anthropic.WithBaseURL(p.BaseURL))
 		}

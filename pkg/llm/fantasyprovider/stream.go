@@ -12,6 +12,7 @@ import (
 	"charm.land/fantasy"
 
 	"github.com/chatd/chatd/pkg/llm"
+	"github.com/chatd/chatd/pkg/telemetry"
 )
 
 // Stream implements llm.Model. The request goes out when the caller starts
@@ -23,8 +24,9 @@ func (m *Model) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Event
 			return
 		}
 		// fantasy does not close the response body when its consumer stops
-		// early; cancelling the call's own context does.
-		callCtx, cancel := context.WithCancel(ctx)
+		// early; cancelling the call's own context does. The context names
+		// the model for the provider_attempt stages (telemetry.go).
+		callCtx, cancel := context.WithCancel(telemetry.WithStageModel(ctx, m.stageModel(req.ReasoningEffort)))
 		defer cancel()
 		call, err := m.call(callCtx, req)
 		if err != nil {

@@ -47,7 +47,22 @@ type script struct {
 	fail     *failure
 	stall    bool
 	usage    *llm.Usage
-	files    bool // ::files
+	title    *string // ::title <text>
+	files    bool    // ::files
+	system   bool    // ::system
+	// firstLine is the first non-blank line that is not a directive.
+	firstLine string
+}
+
+// titleAnswer is the answer to a title request.
+func (s script) titleAnswer() string {
+	switch {
+	case s.title != nil && *s.title != "":
+		return *s.title
+	case s.firstLine != "":
+		return "Title: " + s.firstLine
+	}
+	return "Scripted chat"
 }
 
 // parse reads a user message: each line that starts with "::" (after
@@ -61,6 +76,7 @@ func parse(text string) (script, error) {
 		if !strings.HasPrefix(line, "::") {
 			if line != "" && echoAt < 0 {
 				echoAt = len(s.segments)
+				s.firstLine = line
 			}
 			echo = append(echo, strings.TrimRight(raw, "\r"))
 			continue
@@ -133,8 +149,12 @@ func (s *script) directive(line string) error {
 			f.first = n
 		}
 		s.fail = f
+	case "title":
+		s.title = &rest
 	case "files":
 		s.files = true
+	case "system":
+		s.system = true
 	case "stall":
 		if len(args) != 0 {
 			return fmt.Errorf("::stall takes no arguments")
@@ -151,7 +171,7 @@ func (s *script) directive(line string) error {
 		}
 		s.usage = &llm.Usage{PromptTokens: p, OutputTokens: o}
 	default:
-		return fmt.Errorf("unknown directive ::%s (know ::reply, ::stream, ::think, ::tool, ::fail, ::stall, ::usage, ::files)", name)
+		return fmt.Errorf("unknown directive ::%s (know ::reply, ::stream, ::think, ::tool, ::fail, ::stall, ::usage, ::title, ::files, ::system)", name)
 	}
 	return nil
 }

@@ -18,10 +18,18 @@
 //	::stall                     open the stream and never produce a token
 //	                            (until the context ends)
 //	::usage <prompt> <output>   report that token usage for the response
+//	::title <text>              the answer to a title request (ignored
+//	                            in a chat's turns)
 //	::files                     answer with a line per attachment the
 //	                            prompt's user messages carry: "file <name>
 //	                            (<media type>, <n> bytes)" as loaded through
 //	                            Request.Files, or an expired placeholder
+//	::system                    answer with the request's system prompt
+//
+// A title request (Request.Purpose llm.PurposeTitle, automatic title
+// generation) is answered with the last user message's ::title text, or
+// else "Title: " and its first line that is not a directive, or else
+// "Scripted chat"; its other directives do not apply to it.
 //
 // Combinations: the response is the reasoning part (every ::think line,
 // joined with newlines), then one text part (the ::reply, ::stream and echo
@@ -121,8 +129,14 @@ func (m *Model) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Event
 			yield(llm.Event{}, llm.NewFatal(err))
 			return
 		}
-		if s.files {
+		if s.files && req.Purpose != llm.PurposeTitle {
 			s.segments = append(s.segments, segment{kind: segReply, text: describeFiles(ctx, req)})
+		}
+		if s.system && req.Purpose != llm.PurposeTitle {
+			s.segments = append(s.segments, segment{kind: segReply, text: req.System})
+		}
+		if req.Purpose == llm.PurposeTitle {
+			s = script{segments: []segment{{kind: segReply, text: s.titleAnswer()}}}
 		}
 		attempt := max(req.Attempt, 1)
 		if s.fail.failsOn(attempt) {

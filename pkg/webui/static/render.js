@@ -28,7 +28,10 @@ export function partNode(p) {
         el('summary', { text: 'Reasoning' }), el('div', { text: p.text ?? '' }));
     case 'tool-call':
       return el('details', { class: 'part tool-call', 'data-testid': 'part-tool-call', 'data-tool-call-id': p.tool_call_id },
-        el('summary', { text: `Tool call: ${p.tool_name}` }), el('pre', { text: json(p.args) }));
+        el('summary', { text: `Tool call: ${p.tool_name}` },
+          // A lifecycle hook rewrote the input; args is what the tool ran with.
+          p.policy_modified ? el('span', { class: 'badge policy-modified', 'data-testid': 'policy-modified', text: ' · Modified by policy' }) : null),
+        el('pre', { text: json(p.args) }));
     case 'tool-result':
       return el('details', { class: `part tool-result${p.is_error ? ' is-error' : ''}`, 'data-testid': 'part-tool-result', 'data-tool-call-id': p.tool_call_id },
         el('summary', { text: `${p.is_error ? 'Tool error' : 'Tool result'}: ${p.tool_name}` }), el('pre', { text: json(p.result) }));

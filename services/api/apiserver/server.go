@@ -8,7 +8,9 @@ import (
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/services/api/internal/chatapi"
 )
 
@@ -32,11 +34,14 @@ type Config struct {
 	MaxAttachmentBytes    int
 	// RequiresActionTimeout is the dynamic-tool deadline.
 	RequiresActionTimeout time.Duration
+	// Hooks are the lifecycle hook settings (CHATD_HOOK_*).
+	Hooks hooks.Config
 }
 
 // Declare adds the api's settings to v.
 func (c *Config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7001")
+	c.Hooks.Declare(v)
 	v.Addr(&c.HTTPAddr, "CHATD_HTTP_ADDR", ":8080",
 		"host:port the REST facade (/api/v2) and /healthz listen on.", false)
 	v.Secret(&c.AuthSecret, auth.EnvSecret, auth.MinSecretLen,
@@ -76,7 +81,23 @@ func Program() service.Program {
 
 // Run serves the api until ctx ends.
 func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
+	tel, stopTelemetry, err := telemetry.StartService(ctx, name, cfg.Embedded.Hosted(), log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
+	dispatcher, err := hooks.New(cfg.Hooks, hooks.WithLogger(log), hooks.WithMeter(tel.MeterProvider.Meter("github.com/chatd/chatd/pkg/hooks")))
+	if err != nil {
+		return err
+	}
 	return chatapi.Serve(ctx, chatapi.AppConfig{
+		Hooks:          dispatcher,
+		MetricsHandler: tel.Handler,
+		// Background title generation's stages (scope background).
+		TitleHooks: chatapi.TitleHooks{Stages: telemetry.NewStages(telemetry.StagesOptions{
+			TracerProvider: tel.TracerProvider, MeterProvider: tel.MeterProvider,
+			DisableMetrics: !telemetry.StageMetricsEnabled(cfg.Hooks.Experiments),
+		})},
 		Config: chatapi.Config{
 			MaxMessageBytes: cfg.MaxMessageBytes, MaxQueuedMessages: cfg.MaxQueuedMessages,
 			MaxAttachmentsPerChat: cfg.MaxAttachmentsPerChat, MaxAttachmentBytes: int64(cfg.MaxAttachmentBytes),

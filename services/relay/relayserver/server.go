@@ -12,6 +12,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/services/relay/internal/relay"
 )
 
@@ -33,6 +34,7 @@ type Config struct {
 // Declare adds the relay's settings to v.
 func (c *Config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7004")
+	c.DeclareMetrics(v, "")
 	v.Addr(&c.AdvertiseAddr, "CHATD_ADVERTISE_ADDR", "",
 		"host:port other services dial for this relay; empty derives it from CHATD_GRPC_ADDR (an empty host becomes the hostname).", true)
 	v.Check(func() error {
@@ -66,6 +68,11 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return errNoDatabase
 	}
 	log = log.With("advertise_addr", advertise)
+	tel, stopTelemetry, err := telemetry.StartService(ctx, name, cfg.Embedded.Hosted(), log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	pool, err := pgxpool.New(context.WithoutCancel(ctx), cfg.DatabaseURL)
 	if err != nil {
 		return fmt.Errorf("error connecting to Postgres: %w", err)
@@ -85,6 +92,8 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,
 		GRPCListener:    cfg.Embedded.GRPCListener,
+		MetricsAddr:     cfg.MetricsAddr,
+		MetricsHandler:  tel.Handler,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
 		Register: func(s *grpc.Server, _ *http.ServeMux) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/services/stream/internal/relayfwd"
 	"github.com/chatd/chatd/services/stream/internal/streamhttp"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
@@ -74,6 +75,11 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if cfg.DatabaseURL == "" {
 		return fmt.Errorf("CHATD_DATABASE_URL is required: the stream reads chats from Postgres")
 	}
+	tel, stopTelemetry, err := telemetry.StartService(ctx, name, cfg.Embedded.Hosted(), log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	verifier, err := auth.NewVerifier(auth.Config{Secret: []byte(cfg.AuthSecret), JWKSURL: cfg.JWKSURL})
 	if err != nil {
 		return err
@@ -100,6 +106,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		HTTPAddr:        cfg.HTTPAddr,
 		GRPCListener:    cfg.Embedded.GRPCListener,
 		HTTPListener:    cfg.Embedded.HTTPListener,
+		MetricsHandler:  tel.Handler,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log.With("relay_addr", cfg.RelayAddr),
 		Register: func(_ *grpc.Server, mux *http.ServeMux) error {

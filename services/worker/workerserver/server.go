@@ -14,12 +14,16 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/services/worker/internal/acquire"
 	"github.com/chatd/chatd/services/worker/internal/autoarchive"
+	"github.com/chatd/chatd/services/worker/internal/hookadapter"
 	"github.com/chatd/chatd/services/worker/internal/manager"
+	"github.com/chatd/chatd/services/worker/internal/mcptools"
 	partsvc "github.com/chatd/chatd/services/worker/internal/parts"
 	"github.com/chatd/chatd/services/worker/internal/runner"
 )
@@ -49,6 +53,8 @@ const stopTimeout = 30 * time.Second
 // Config holds the worker's settings.
 type Config struct {
 	service.Common
+	// Hooks are the lifecycle hook settings (CHATD_HOOK_*).
+	Hooks hooks.Config
 	// AdvertiseAddr is the PartsService address other services dial; empty
 	// means derived from GRPCAddr (see service.AdvertiseAddr).
 	AdvertiseAddr string
@@ -72,6 +78,8 @@ type Config struct {
 // Declare adds the worker's settings to v.
 func (c *Config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7002")
+	c.DeclareMetrics(v, "")
+	c.Hooks.Declare(v)
 	v.Addr(&c.AdvertiseAddr, "CHATD_ADVERTISE_ADDR", "",
 		"host:port other services dial for this worker's PartsService; empty derives it from CHATD_GRPC_ADDR (an empty host becomes the hostname).", true)
 	v.Int(&c.LeaseSeconds, "CHATD_LEASE_SECONDS", defaultLeaseSeconds, minLeaseSeconds,
@@ -155,14 +163,35 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	defer nc.Close()
 
+	tel, stopTelemetry, err := telemetry.StartService(ctx, name, cfg.Embedded.Hosted(), log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
+	dispatcher, err := hooks.New(cfg.Hooks, hooks.WithLogger(log), hooks.WithMeter(tel.MeterProvider.Meter("github.com/chatd/chatd/pkg/hooks")))
+	if err != nil {
+		return err
+	}
+
 	clock := clockwork.NewRealClock()
 	machine := chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, log).AfterCommit})
 	parts := partbuf.New(partbuf.Options{Clock: clock})
 	defer parts.Close()
 
+	// MCP sessions are cached per worker and closed when it stops.
+	mcpTools := mcptools.New(pool, mcptools.Options{Log: log})
+	defer mcpTools.Close()
+
 	var loop *acquire.Loop
 	mgr := manager.New(pool, runner.Deps{
 		Pool: pool, Machine: machine, NATS: nc, Parts: parts, Clock: clock, Log: log,
+		ToolProviders:   append(agentTools(pool, machine, nc, clock, log, dispatcher), mcpTools),
+		ToolHooks:       hookadapter.Tools{D: dispatcher},
+		CompactionHooks: hookadapter.Compaction{D: dispatcher},
+		StopHooks:       hookadapter.Stop{D: dispatcher},
+		TracerProvider:  tel.TracerProvider,
+		MeterProvider:   tel.MeterProvider,
+		Experiments:     cfg.Hooks.Experiments, // chat-stage-metrics gates the stage metrics
 		Config: runner.Config{
 			MaxGenerationRetries: cfg.MaxGenerationRetries,
 			MaxStepsPerTurn:      cfg.MaxStepsPerTurn,
@@ -184,6 +213,8 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		Limits:   acquire.Limits{MaxRootChats: cfg.MaxRootChats, MaxSubagentChats: cfg.MaxSubagentChats},
 		Clock:    clock,
 		Log:      log,
+		// chatd_acquisitions_total, chatd_acquisition_pass_duration_seconds
+		MeterProvider: tel.MeterProvider,
 	})
 
 	mgrCtx, stopMgr := context.WithCancel(base)
@@ -243,6 +274,8 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,
 		GRPCListener:    cfg.Embedded.GRPCListener,
+		MetricsAddr:     cfg.MetricsAddr,
+		MetricsHandler:  tel.Handler,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
 		Register: func(s *grpc.Server, _ *http.ServeMux) error {

@@ -58,8 +58,10 @@ type Chat struct {
 	// When the chat waits in requires_action: the time after which the pending
 	// tool calls fail. Unset otherwise.
 	RequiresActionDeadlineAt *timestamppb.Timestamp `protobuf:"bytes,17,opt,name=requires_action_deadline_at,json=requiresActionDeadlineAt,proto3,oneof" json:"requires_action_deadline_at,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// The project the chat is in (root chats only); unset otherwise.
+	ProjectId     *string `protobuf:"bytes,100,opt,name=project_id,json=projectId,proto3,oneof" json:"project_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Chat) Reset() {
@@ -211,11 +213,18 @@ func (x *Chat) GetRequiresActionDeadlineAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Chat) GetProjectId() string {
+	if x != nil && x.ProjectId != nil {
+		return *x.ProjectId
+	}
+	return ""
+}
+
 var File_chatd_v1_chat_proto protoreflect.FileDescriptor
 
 const file_chatd_v1_chat_proto_rawDesc = "" +
 	"\n" +
-	"\x13chatd/v1/chat.proto\x12\bchatd.v1\x1a\x13chatd/v1/tool.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x86\a\n" +
+	"\x13chatd/v1/chat.proto\x12\bchatd.v1\x1a\x13chatd/v1/tool.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb9\a\n" +
 	"\x04Chat\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0forganization_id\x18\x02 \x01(\tR\x0eorganizationId\x12\x19\n" +
@@ -239,13 +248,16 @@ const file_chatd_v1_chat_proto_rawDesc = "" +
 	"\rdynamic_tools\x18\x0f \x03(\v2\x15.chatd.v1.DynamicToolR\fdynamicTools\x12=\n" +
 	"\vretry_state\x18\x10 \x01(\v2\x17.google.protobuf.StructH\x04R\n" +
 	"retryState\x88\x01\x01\x12^\n" +
-	"\x1brequires_action_deadline_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampH\x05R\x18requiresActionDeadlineAt\x88\x01\x01B\x11\n" +
+	"\x1brequires_action_deadline_at\x18\x11 \x01(\v2\x1a.google.protobuf.TimestampH\x05R\x18requiresActionDeadlineAt\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"project_id\x18d \x01(\tH\x06R\tprojectId\x88\x01\x01B\x11\n" +
 	"\x0f_parent_chat_idB\x0f\n" +
 	"\r_root_chat_idB\r\n" +
 	"\v_last_errorB\x17\n" +
 	"\x15_last_model_config_idB\x0e\n" +
 	"\f_retry_stateB\x1e\n" +
-	"\x1c_requires_action_deadline_atB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
+	"\x1c_requires_action_deadline_atB\r\n" +
+	"\v_project_idB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
 
 var (
 	file_chatd_v1_chat_proto_rawDescOnce sync.Once

@@ -33,7 +33,10 @@ type CreateChatRequest struct {
 	ModelConfigId *string        `protobuf:"bytes,4,opt,name=model_config_id,json=modelConfigId,proto3,oneof" json:"model_config_id,omitempty"`
 	DynamicTools  []*DynamicTool `protobuf:"bytes,5,rep,name=dynamic_tools,json=dynamicTools,proto3" json:"dynamic_tools,omitempty"`
 	// Idempotency key: the same key with the same input returns the original result.
-	RequestId     *string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3,oneof" json:"request_id,omitempty"`
+	RequestId *string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3,oneof" json:"request_id,omitempty"`
+	// Puts the chat in one of the caller's projects, whose memory its agent
+	// may read and write.
+	ProjectId     *string `protobuf:"bytes,100,opt,name=project_id,json=projectId,proto3,oneof" json:"project_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -106,6 +109,13 @@ func (x *CreateChatRequest) GetDynamicTools() []*DynamicTool {
 func (x *CreateChatRequest) GetRequestId() string {
 	if x != nil && x.RequestId != nil {
 		return *x.RequestId
+	}
+	return ""
+}
+
+func (x *CreateChatRequest) GetProjectId() string {
+	if x != nil && x.ProjectId != nil {
+		return *x.ProjectId
 	}
 	return ""
 }
@@ -2506,7 +2516,7 @@ var File_chatd_v1_chat_service_proto protoreflect.FileDescriptor
 
 const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1bchatd/v1/chat_service.proto\x12\bchatd.v1\x1a\x13chatd/v1/chat.proto\x1a\x16chatd/v1/message.proto\x1a\x14chatd/v1/model.proto\x1a\x13chatd/v1/tool.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xd5\x02\n" +
+	"\x1bchatd/v1/chat_service.proto\x12\bchatd.v1\x1a\x13chatd/v1/chat.proto\x1a\x19chatd/v1/compaction.proto\x1a\x16chatd/v1/message.proto\x1a\x14chatd/v1/model.proto\x1a\x16chatd/v1/project.proto\x1a\x13chatd/v1/tool.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x88\x03\n" +
 	"\x11CreateChatRequest\x12/\n" +
 	"\acontent\x18\x01 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\x12\x19\n" +
 	"\x05title\x18\x02 \x01(\tH\x00R\x05title\x88\x01\x01\x12(\n" +
@@ -2514,11 +2524,14 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\x0fmodel_config_id\x18\x04 \x01(\tH\x02R\rmodelConfigId\x88\x01\x01\x12:\n" +
 	"\rdynamic_tools\x18\x05 \x03(\v2\x15.chatd.v1.DynamicToolR\fdynamicTools\x12\"\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\tH\x03R\trequestId\x88\x01\x01B\b\n" +
+	"request_id\x18\x06 \x01(\tH\x03R\trequestId\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"project_id\x18d \x01(\tH\x04R\tprojectId\x88\x01\x01B\b\n" +
 	"\x06_titleB\x10\n" +
 	"\x0e_system_promptB\x12\n" +
 	"\x10_model_config_idB\r\n" +
-	"\v_request_id\"8\n" +
+	"\v_request_idB\r\n" +
+	"\v_project_id\"8\n" +
 	"\x12CreateChatResponse\x12\"\n" +
 	"\x04chat\x18\x01 \x01(\v2\x0e.chatd.v1.ChatR\x04chat\")\n" +
 	"\x0eGetChatRequest\x12\x17\n" +
@@ -2693,7 +2706,7 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\x18DeleteModelConfigRequest\x12'\n" +
 	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12&\n" +
 	"\x0fmodel_config_id\x18\x02 \x01(\tR\rmodelConfigId\"\x1b\n" +
-	"\x19DeleteModelConfigResponse2\x8f\x0f\n" +
+	"\x19DeleteModelConfigResponse2\xa5\x13\n" +
 	"\vChatService\x12G\n" +
 	"\n" +
 	"CreateChat\x12\x1b.chatd.v1.CreateChatRequest\x1a\x1c.chatd.v1.CreateChatResponse\x12>\n" +
@@ -2720,7 +2733,12 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\x10ListModelConfigs\x12!.chatd.v1.ListModelConfigsRequest\x1a\".chatd.v1.ListModelConfigsResponse\x12\\\n" +
 	"\x11CreateModelConfig\x12\".chatd.v1.CreateModelConfigRequest\x1a#.chatd.v1.CreateModelConfigResponse\x12\\\n" +
 	"\x11UpdateModelConfig\x12\".chatd.v1.UpdateModelConfigRequest\x1a#.chatd.v1.UpdateModelConfigResponse\x12\\\n" +
-	"\x11DeleteModelConfig\x12\".chatd.v1.DeleteModelConfigRequest\x1a#.chatd.v1.DeleteModelConfigResponseB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
+	"\x11DeleteModelConfig\x12\".chatd.v1.DeleteModelConfigRequest\x1a#.chatd.v1.DeleteModelConfigResponse\x12w\n" +
+	"\x1aGetCompactionModelOverride\x12+.chatd.v1.GetCompactionModelOverrideRequest\x1a,.chatd.v1.GetCompactionModelOverrideResponse\x12w\n" +
+	"\x1aSetCompactionModelOverride\x12+.chatd.v1.SetCompactionModelOverrideRequest\x1a,.chatd.v1.SetCompactionModelOverrideResponse\x12\x80\x01\n" +
+	"\x1dDeleteCompactionModelOverride\x12..chatd.v1.DeleteCompactionModelOverrideRequest\x1a/.chatd.v1.DeleteCompactionModelOverrideResponse\x12P\n" +
+	"\rCreateProject\x12\x1e.chatd.v1.CreateProjectRequest\x1a\x1f.chatd.v1.CreateProjectResponse\x12M\n" +
+	"\fListProjects\x12\x1d.chatd.v1.ListProjectsRequest\x1a\x1e.chatd.v1.ListProjectsResponseB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
 
 var (
 	file_chatd_v1_chat_service_proto_rawDescOnce sync.Once
@@ -2736,62 +2754,72 @@ func file_chatd_v1_chat_service_proto_rawDescGZIP() []byte {
 
 var file_chatd_v1_chat_service_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_chatd_v1_chat_service_proto_goTypes = []any{
-	(*CreateChatRequest)(nil),            // 0: chatd.v1.CreateChatRequest
-	(*CreateChatResponse)(nil),           // 1: chatd.v1.CreateChatResponse
-	(*GetChatRequest)(nil),               // 2: chatd.v1.GetChatRequest
-	(*GetChatResponse)(nil),              // 3: chatd.v1.GetChatResponse
-	(*ListChatsRequest)(nil),             // 4: chatd.v1.ListChatsRequest
-	(*ListChatsResponse)(nil),            // 5: chatd.v1.ListChatsResponse
-	(*UpdateChatRequest)(nil),            // 6: chatd.v1.UpdateChatRequest
-	(*UpdateChatResponse)(nil),           // 7: chatd.v1.UpdateChatResponse
-	(*ListMessagesRequest)(nil),          // 8: chatd.v1.ListMessagesRequest
-	(*ListMessagesResponse)(nil),         // 9: chatd.v1.ListMessagesResponse
-	(*SendMessageRequest)(nil),           // 10: chatd.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),          // 11: chatd.v1.SendMessageResponse
-	(*EditMessageRequest)(nil),           // 12: chatd.v1.EditMessageRequest
-	(*EditMessageResponse)(nil),          // 13: chatd.v1.EditMessageResponse
-	(*DeleteQueuedMessageRequest)(nil),   // 14: chatd.v1.DeleteQueuedMessageRequest
-	(*DeleteQueuedMessageResponse)(nil),  // 15: chatd.v1.DeleteQueuedMessageResponse
-	(*PromoteQueuedMessageRequest)(nil),  // 16: chatd.v1.PromoteQueuedMessageRequest
-	(*PromoteQueuedMessageResponse)(nil), // 17: chatd.v1.PromoteQueuedMessageResponse
-	(*InterruptChatRequest)(nil),         // 18: chatd.v1.InterruptChatRequest
-	(*InterruptChatResponse)(nil),        // 19: chatd.v1.InterruptChatResponse
-	(*SubmitToolResultsRequest)(nil),     // 20: chatd.v1.SubmitToolResultsRequest
-	(*SubmitToolResultsResponse)(nil),    // 21: chatd.v1.SubmitToolResultsResponse
-	(*CompactChatRequest)(nil),           // 22: chatd.v1.CompactChatRequest
-	(*CompactChatResponse)(nil),          // 23: chatd.v1.CompactChatResponse
-	(*ClearChatRequest)(nil),             // 24: chatd.v1.ClearChatRequest
-	(*ClearChatResponse)(nil),            // 25: chatd.v1.ClearChatResponse
-	(*ReconcileInvalidChatRequest)(nil),  // 26: chatd.v1.ReconcileInvalidChatRequest
-	(*ReconcileInvalidChatResponse)(nil), // 27: chatd.v1.ReconcileInvalidChatResponse
-	(*ListModelsRequest)(nil),            // 28: chatd.v1.ListModelsRequest
-	(*ListModelsResponse)(nil),           // 29: chatd.v1.ListModelsResponse
-	(*ListProvidersRequest)(nil),         // 30: chatd.v1.ListProvidersRequest
-	(*ListProvidersResponse)(nil),        // 31: chatd.v1.ListProvidersResponse
-	(*CreateProviderRequest)(nil),        // 32: chatd.v1.CreateProviderRequest
-	(*CreateProviderResponse)(nil),       // 33: chatd.v1.CreateProviderResponse
-	(*UpdateProviderRequest)(nil),        // 34: chatd.v1.UpdateProviderRequest
-	(*UpdateProviderResponse)(nil),       // 35: chatd.v1.UpdateProviderResponse
-	(*DeleteProviderRequest)(nil),        // 36: chatd.v1.DeleteProviderRequest
-	(*DeleteProviderResponse)(nil),       // 37: chatd.v1.DeleteProviderResponse
-	(*ListModelConfigsRequest)(nil),      // 38: chatd.v1.ListModelConfigsRequest
-	(*ListModelConfigsResponse)(nil),     // 39: chatd.v1.ListModelConfigsResponse
-	(*CreateModelConfigRequest)(nil),     // 40: chatd.v1.CreateModelConfigRequest
-	(*CreateModelConfigResponse)(nil),    // 41: chatd.v1.CreateModelConfigResponse
-	(*UpdateModelConfigRequest)(nil),     // 42: chatd.v1.UpdateModelConfigRequest
-	(*UpdateModelConfigResponse)(nil),    // 43: chatd.v1.UpdateModelConfigResponse
-	(*DeleteModelConfigRequest)(nil),     // 44: chatd.v1.DeleteModelConfigRequest
-	(*DeleteModelConfigResponse)(nil),    // 45: chatd.v1.DeleteModelConfigResponse
-	(*MessagePart)(nil),                  // 46: chatd.v1.MessagePart
-	(*DynamicTool)(nil),                  // 47: chatd.v1.DynamicTool
-	(*Chat)(nil),                         // 48: chatd.v1.Chat
-	(*Message)(nil),                      // 49: chatd.v1.Message
-	(*QueuedMessage)(nil),                // 50: chatd.v1.QueuedMessage
-	(*ToolResult)(nil),                   // 51: chatd.v1.ToolResult
-	(*ModelConfig)(nil),                  // 52: chatd.v1.ModelConfig
-	(*ProviderDescriptor)(nil),           // 53: chatd.v1.ProviderDescriptor
-	(*Provider)(nil),                     // 54: chatd.v1.Provider
-	(*structpb.Struct)(nil),              // 55: google.protobuf.Struct
+	(*CreateChatRequest)(nil),                     // 0: chatd.v1.CreateChatRequest
+	(*CreateChatResponse)(nil),                    // 1: chatd.v1.CreateChatResponse
+	(*GetChatRequest)(nil),                        // 2: chatd.v1.GetChatRequest
+	(*GetChatResponse)(nil),                       // 3: chatd.v1.GetChatResponse
+	(*ListChatsRequest)(nil),                      // 4: chatd.v1.ListChatsRequest
+	(*ListChatsResponse)(nil),                     // 5: chatd.v1.ListChatsResponse
+	(*UpdateChatRequest)(nil),                     // 6: chatd.v1.UpdateChatRequest
+	(*UpdateChatResponse)(nil),                    // 7: chatd.v1.UpdateChatResponse
+	(*ListMessagesRequest)(nil),                   // 8: chatd.v1.ListMessagesRequest
+	(*ListMessagesResponse)(nil),                  // 9: chatd.v1.ListMessagesResponse
+	(*SendMessageRequest)(nil),                    // 10: chatd.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),                   // 11: chatd.v1.SendMessageResponse
+	(*EditMessageRequest)(nil),                    // 12: chatd.v1.EditMessageRequest
+	(*EditMessageResponse)(nil),                   // 13: chatd.v1.EditMessageResponse
+	(*DeleteQueuedMessageRequest)(nil),            // 14: chatd.v1.DeleteQueuedMessageRequest
+	(*DeleteQueuedMessageResponse)(nil),           // 15: chatd.v1.DeleteQueuedMessageResponse
+	(*PromoteQueuedMessageRequest)(nil),           // 16: chatd.v1.PromoteQueuedMessageRequest
+	(*PromoteQueuedMessageResponse)(nil),          // 17: chatd.v1.PromoteQueuedMessageResponse
+	(*InterruptChatRequest)(nil),                  // 18: chatd.v1.InterruptChatRequest
+	(*InterruptChatResponse)(nil),                 // 19: chatd.v1.InterruptChatResponse
+	(*SubmitToolResultsRequest)(nil),              // 20: chatd.v1.SubmitToolResultsRequest
+	(*SubmitToolResultsResponse)(nil),             // 21: chatd.v1.SubmitToolResultsResponse
+	(*CompactChatRequest)(nil),                    // 22: chatd.v1.CompactChatRequest
+	(*CompactChatResponse)(nil),                   // 23: chatd.v1.CompactChatResponse
+	(*ClearChatRequest)(nil),                      // 24: chatd.v1.ClearChatRequest
+	(*ClearChatResponse)(nil),                     // 25: chatd.v1.ClearChatResponse
+	(*ReconcileInvalidChatRequest)(nil),           // 26: chatd.v1.ReconcileInvalidChatRequest
+	(*ReconcileInvalidChatResponse)(nil),          // 27: chatd.v1.ReconcileInvalidChatResponse
+	(*ListModelsRequest)(nil),                     // 28: chatd.v1.ListModelsRequest
+	(*ListModelsResponse)(nil),                    // 29: chatd.v1.ListModelsResponse
+	(*ListProvidersRequest)(nil),                  // 30: chatd.v1.ListProvidersRequest
+	(*ListProvidersResponse)(nil),                 // 31: chatd.v1.ListProvidersResponse
+	(*CreateProviderRequest)(nil),                 // 32: chatd.v1.CreateProviderRequest
+	(*CreateProviderResponse)(nil),                // 33: chatd.v1.CreateProviderResponse
+	(*UpdateProviderRequest)(nil),                 // 34: chatd.v1.UpdateProviderRequest
+	(*UpdateProviderResponse)(nil),                // 35: chatd.v1.UpdateProviderResponse
+	(*DeleteProviderRequest)(nil),                 // 36: chatd.v1.DeleteProviderRequest
+	(*DeleteProviderResponse)(nil),                // 37: chatd.v1.DeleteProviderResponse
+	(*ListModelConfigsRequest)(nil),               // 38: chatd.v1.ListModelConfigsRequest
+	(*ListModelConfigsResponse)(nil),              // 39: chatd.v1.ListModelConfigsResponse
+	(*CreateModelConfigRequest)(nil),              // 40: chatd.v1.CreateModelConfigRequest
+	(*CreateModelConfigResponse)(nil),             // 41: chatd.v1.CreateModelConfigResponse
+	(*UpdateModelConfigRequest)(nil),              // 42: chatd.v1.UpdateModelConfigRequest
+	(*UpdateModelConfigResponse)(nil),             // 43: chatd.v1.UpdateModelConfigResponse
+	(*DeleteModelConfigRequest)(nil),              // 44: chatd.v1.DeleteModelConfigRequest
+	(*DeleteModelConfigResponse)(nil),             // 45: chatd.v1.DeleteModelConfigResponse
+	(*MessagePart)(nil),                           // 46: chatd.v1.MessagePart
+	(*DynamicTool)(nil),                           // 47: chatd.v1.DynamicTool
+	(*Chat)(nil),                                  // 48: chatd.v1.Chat
+	(*Message)(nil),                               // 49: chatd.v1.Message
+	(*QueuedMessage)(nil),                         // 50: chatd.v1.QueuedMessage
+	(*ToolResult)(nil),                            // 51: chatd.v1.ToolResult
+	(*ModelConfig)(nil),                           // 52: chatd.v1.ModelConfig
+	(*ProviderDescriptor)(nil),                    // 53: chatd.v1.ProviderDescriptor
+	(*Provider)(nil),                              // 54: chatd.v1.Provider
+	(*structpb.Struct)(nil),                       // 55: google.protobuf.Struct
+	(*GetCompactionModelOverrideRequest)(nil),     // 56: chatd.v1.GetCompactionModelOverrideRequest
+	(*SetCompactionModelOverrideRequest)(nil),     // 57: chatd.v1.SetCompactionModelOverrideRequest
+	(*DeleteCompactionModelOverrideRequest)(nil),  // 58: chatd.v1.DeleteCompactionModelOverrideRequest
+	(*CreateProjectRequest)(nil),                  // 59: chatd.v1.CreateProjectRequest
+	(*ListProjectsRequest)(nil),                   // 60: chatd.v1.ListProjectsRequest
+	(*GetCompactionModelOverrideResponse)(nil),    // 61: chatd.v1.GetCompactionModelOverrideResponse
+	(*SetCompactionModelOverrideResponse)(nil),    // 62: chatd.v1.SetCompactionModelOverrideResponse
+	(*DeleteCompactionModelOverrideResponse)(nil), // 63: chatd.v1.DeleteCompactionModelOverrideResponse
+	(*CreateProjectResponse)(nil),                 // 64: chatd.v1.CreateProjectResponse
+	(*ListProjectsResponse)(nil),                  // 65: chatd.v1.ListProjectsResponse
 }
 var file_chatd_v1_chat_service_proto_depIdxs = []int32{
 	46, // 0: chatd.v1.CreateChatRequest.content:type_name -> chatd.v1.MessagePart
@@ -2850,31 +2878,41 @@ var file_chatd_v1_chat_service_proto_depIdxs = []int32{
 	40, // 53: chatd.v1.ChatService.CreateModelConfig:input_type -> chatd.v1.CreateModelConfigRequest
 	42, // 54: chatd.v1.ChatService.UpdateModelConfig:input_type -> chatd.v1.UpdateModelConfigRequest
 	44, // 55: chatd.v1.ChatService.DeleteModelConfig:input_type -> chatd.v1.DeleteModelConfigRequest
-	1,  // 56: chatd.v1.ChatService.CreateChat:output_type -> chatd.v1.CreateChatResponse
-	3,  // 57: chatd.v1.ChatService.GetChat:output_type -> chatd.v1.GetChatResponse
-	5,  // 58: chatd.v1.ChatService.ListChats:output_type -> chatd.v1.ListChatsResponse
-	7,  // 59: chatd.v1.ChatService.UpdateChat:output_type -> chatd.v1.UpdateChatResponse
-	9,  // 60: chatd.v1.ChatService.ListMessages:output_type -> chatd.v1.ListMessagesResponse
-	11, // 61: chatd.v1.ChatService.SendMessage:output_type -> chatd.v1.SendMessageResponse
-	13, // 62: chatd.v1.ChatService.EditMessage:output_type -> chatd.v1.EditMessageResponse
-	15, // 63: chatd.v1.ChatService.DeleteQueuedMessage:output_type -> chatd.v1.DeleteQueuedMessageResponse
-	17, // 64: chatd.v1.ChatService.PromoteQueuedMessage:output_type -> chatd.v1.PromoteQueuedMessageResponse
-	19, // 65: chatd.v1.ChatService.InterruptChat:output_type -> chatd.v1.InterruptChatResponse
-	21, // 66: chatd.v1.ChatService.SubmitToolResults:output_type -> chatd.v1.SubmitToolResultsResponse
-	23, // 67: chatd.v1.ChatService.CompactChat:output_type -> chatd.v1.CompactChatResponse
-	25, // 68: chatd.v1.ChatService.ClearChat:output_type -> chatd.v1.ClearChatResponse
-	27, // 69: chatd.v1.ChatService.ReconcileInvalidChat:output_type -> chatd.v1.ReconcileInvalidChatResponse
-	29, // 70: chatd.v1.ChatService.ListModels:output_type -> chatd.v1.ListModelsResponse
-	31, // 71: chatd.v1.ChatService.ListProviders:output_type -> chatd.v1.ListProvidersResponse
-	33, // 72: chatd.v1.ChatService.CreateProvider:output_type -> chatd.v1.CreateProviderResponse
-	35, // 73: chatd.v1.ChatService.UpdateProvider:output_type -> chatd.v1.UpdateProviderResponse
-	37, // 74: chatd.v1.ChatService.DeleteProvider:output_type -> chatd.v1.DeleteProviderResponse
-	39, // 75: chatd.v1.ChatService.ListModelConfigs:output_type -> chatd.v1.ListModelConfigsResponse
-	41, // 76: chatd.v1.ChatService.CreateModelConfig:output_type -> chatd.v1.CreateModelConfigResponse
-	43, // 77: chatd.v1.ChatService.UpdateModelConfig:output_type -> chatd.v1.UpdateModelConfigResponse
-	45, // 78: chatd.v1.ChatService.DeleteModelConfig:output_type -> chatd.v1.DeleteModelConfigResponse
-	56, // [56:79] is the sub-list for method output_type
-	33, // [33:56] is the sub-list for method input_type
+	56, // 56: chatd.v1.ChatService.GetCompactionModelOverride:input_type -> chatd.v1.GetCompactionModelOverrideRequest
+	57, // 57: chatd.v1.ChatService.SetCompactionModelOverride:input_type -> chatd.v1.SetCompactionModelOverrideRequest
+	58, // 58: chatd.v1.ChatService.DeleteCompactionModelOverride:input_type -> chatd.v1.DeleteCompactionModelOverrideRequest
+	59, // 59: chatd.v1.ChatService.CreateProject:input_type -> chatd.v1.CreateProjectRequest
+	60, // 60: chatd.v1.ChatService.ListProjects:input_type -> chatd.v1.ListProjectsRequest
+	1,  // 61: chatd.v1.ChatService.CreateChat:output_type -> chatd.v1.CreateChatResponse
+	3,  // 62: chatd.v1.ChatService.GetChat:output_type -> chatd.v1.GetChatResponse
+	5,  // 63: chatd.v1.ChatService.ListChats:output_type -> chatd.v1.ListChatsResponse
+	7,  // 64: chatd.v1.ChatService.UpdateChat:output_type -> chatd.v1.UpdateChatResponse
+	9,  // 65: chatd.v1.ChatService.ListMessages:output_type -> chatd.v1.ListMessagesResponse
+	11, // 66: chatd.v1.ChatService.SendMessage:output_type -> chatd.v1.SendMessageResponse
+	13, // 67: chatd.v1.ChatService.EditMessage:output_type -> chatd.v1.EditMessageResponse
+	15, // 68: chatd.v1.ChatService.DeleteQueuedMessage:output_type -> chatd.v1.DeleteQueuedMessageResponse
+	17, // 69: chatd.v1.ChatService.PromoteQueuedMessage:output_type -> chatd.v1.PromoteQueuedMessageResponse
+	19, // 70: chatd.v1.ChatService.InterruptChat:output_type -> chatd.v1.InterruptChatResponse
+	21, // 71: chatd.v1.ChatService.SubmitToolResults:output_type -> chatd.v1.SubmitToolResultsResponse
+	23, // 72: chatd.v1.ChatService.CompactChat:output_type -> chatd.v1.CompactChatResponse
+	25, // 73: chatd.v1.ChatService.ClearChat:output_type -> chatd.v1.ClearChatResponse
+	27, // 74: chatd.v1.ChatService.ReconcileInvalidChat:output_type -> chatd.v1.ReconcileInvalidChatResponse
+	29, // 75: chatd.v1.ChatService.ListModels:output_type -> chatd.v1.ListModelsResponse
+	31, // 76: chatd.v1.ChatService.ListProviders:output_type -> chatd.v1.ListProvidersResponse
+	33, // 77: chatd.v1.ChatService.CreateProvider:output_type -> chatd.v1.CreateProviderResponse
+	35, // 78: chatd.v1.ChatService.UpdateProvider:output_type -> chatd.v1.UpdateProviderResponse
+	37, // 79: chatd.v1.ChatService.DeleteProvider:output_type -> chatd.v1.DeleteProviderResponse
+	39, // 80: chatd.v1.ChatService.ListModelConfigs:output_type -> chatd.v1.ListModelConfigsResponse
+	41, // 81: chatd.v1.ChatService.CreateModelConfig:output_type -> chatd.v1.CreateModelConfigResponse
+	43, // 82: chatd.v1.ChatService.UpdateModelConfig:output_type -> chatd.v1.UpdateModelConfigResponse
+	45, // 83: chatd.v1.ChatService.DeleteModelConfig:output_type -> chatd.v1.DeleteModelConfigResponse
+	61, // 84: chatd.v1.ChatService.GetCompactionModelOverride:output_type -> chatd.v1.GetCompactionModelOverrideResponse
+	62, // 85: chatd.v1.ChatService.SetCompactionModelOverride:output_type -> chatd.v1.SetCompactionModelOverrideResponse
+	63, // 86: chatd.v1.ChatService.DeleteCompactionModelOverride:output_type -> chatd.v1.DeleteCompactionModelOverrideResponse
+	64, // 87: chatd.v1.ChatService.CreateProject:output_type -> chatd.v1.CreateProjectResponse
+	65, // 88: chatd.v1.ChatService.ListProjects:output_type -> chatd.v1.ListProjectsResponse
+	61, // [61:89] is the sub-list for method output_type
+	33, // [33:61] is the sub-list for method input_type
 	33, // [33:33] is the sub-list for extension type_name
 	33, // [33:33] is the sub-list for extension extendee
 	0,  // [0:33] is the sub-list for field type_name
@@ -2886,8 +2924,10 @@ func file_chatd_v1_chat_service_proto_init() {
 		return
 	}
 	file_chatd_v1_chat_proto_init()
+	file_chatd_v1_compaction_proto_init()
 	file_chatd_v1_message_proto_init()
 	file_chatd_v1_model_proto_init()
+	file_chatd_v1_project_proto_init()
 	file_chatd_v1_tool_proto_init()
 	file_chatd_v1_chat_service_proto_msgTypes[0].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[4].OneofWrappers = []any{}

@@ -19,29 +19,34 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ChatService_CreateChat_FullMethodName           = "/chatd.v1.ChatService/CreateChat"
-	ChatService_GetChat_FullMethodName              = "/chatd.v1.ChatService/GetChat"
-	ChatService_ListChats_FullMethodName            = "/chatd.v1.ChatService/ListChats"
-	ChatService_UpdateChat_FullMethodName           = "/chatd.v1.ChatService/UpdateChat"
-	ChatService_ListMessages_FullMethodName         = "/chatd.v1.ChatService/ListMessages"
-	ChatService_SendMessage_FullMethodName          = "/chatd.v1.ChatService/SendMessage"
-	ChatService_EditMessage_FullMethodName          = "/chatd.v1.ChatService/EditMessage"
-	ChatService_DeleteQueuedMessage_FullMethodName  = "/chatd.v1.ChatService/DeleteQueuedMessage"
-	ChatService_PromoteQueuedMessage_FullMethodName = "/chatd.v1.ChatService/PromoteQueuedMessage"
-	ChatService_InterruptChat_FullMethodName        = "/chatd.v1.ChatService/InterruptChat"
-	ChatService_SubmitToolResults_FullMethodName    = "/chatd.v1.ChatService/SubmitToolResults"
-	ChatService_CompactChat_FullMethodName          = "/chatd.v1.ChatService/CompactChat"
-	ChatService_ClearChat_FullMethodName            = "/chatd.v1.ChatService/ClearChat"
-	ChatService_ReconcileInvalidChat_FullMethodName = "/chatd.v1.ChatService/ReconcileInvalidChat"
-	ChatService_ListModels_FullMethodName           = "/chatd.v1.ChatService/ListModels"
-	ChatService_ListProviders_FullMethodName        = "/chatd.v1.ChatService/ListProviders"
-	ChatService_CreateProvider_FullMethodName       = "/chatd.v1.ChatService/CreateProvider"
-	ChatService_UpdateProvider_FullMethodName       = "/chatd.v1.ChatService/UpdateProvider"
-	ChatService_DeleteProvider_FullMethodName       = "/chatd.v1.ChatService/DeleteProvider"
-	ChatService_ListModelConfigs_FullMethodName     = "/chatd.v1.ChatService/ListModelConfigs"
-	ChatService_CreateModelConfig_FullMethodName    = "/chatd.v1.ChatService/CreateModelConfig"
-	ChatService_UpdateModelConfig_FullMethodName    = "/chatd.v1.ChatService/UpdateModelConfig"
-	ChatService_DeleteModelConfig_FullMethodName    = "/chatd.v1.ChatService/DeleteModelConfig"
+	ChatService_CreateChat_FullMethodName                    = "/chatd.v1.ChatService/CreateChat"
+	ChatService_GetChat_FullMethodName                       = "/chatd.v1.ChatService/GetChat"
+	ChatService_ListChats_FullMethodName                     = "/chatd.v1.ChatService/ListChats"
+	ChatService_UpdateChat_FullMethodName                    = "/chatd.v1.ChatService/UpdateChat"
+	ChatService_ListMessages_FullMethodName                  = "/chatd.v1.ChatService/ListMessages"
+	ChatService_SendMessage_FullMethodName                   = "/chatd.v1.ChatService/SendMessage"
+	ChatService_EditMessage_FullMethodName                   = "/chatd.v1.ChatService/EditMessage"
+	ChatService_DeleteQueuedMessage_FullMethodName           = "/chatd.v1.ChatService/DeleteQueuedMessage"
+	ChatService_PromoteQueuedMessage_FullMethodName          = "/chatd.v1.ChatService/PromoteQueuedMessage"
+	ChatService_InterruptChat_FullMethodName                 = "/chatd.v1.ChatService/InterruptChat"
+	ChatService_SubmitToolResults_FullMethodName             = "/chatd.v1.ChatService/SubmitToolResults"
+	ChatService_CompactChat_FullMethodName                   = "/chatd.v1.ChatService/CompactChat"
+	ChatService_ClearChat_FullMethodName                     = "/chatd.v1.ChatService/ClearChat"
+	ChatService_ReconcileInvalidChat_FullMethodName          = "/chatd.v1.ChatService/ReconcileInvalidChat"
+	ChatService_ListModels_FullMethodName                    = "/chatd.v1.ChatService/ListModels"
+	ChatService_ListProviders_FullMethodName                 = "/chatd.v1.ChatService/ListProviders"
+	ChatService_CreateProvider_FullMethodName                = "/chatd.v1.ChatService/CreateProvider"
+	ChatService_UpdateProvider_FullMethodName                = "/chatd.v1.ChatService/UpdateProvider"
+	ChatService_DeleteProvider_FullMethodName                = "/chatd.v1.ChatService/DeleteProvider"
+	ChatService_ListModelConfigs_FullMethodName              = "/chatd.v1.ChatService/ListModelConfigs"
+	ChatService_CreateModelConfig_FullMethodName             = "/chatd.v1.ChatService/CreateModelConfig"
+	ChatService_UpdateModelConfig_FullMethodName             = "/chatd.v1.ChatService/UpdateModelConfig"
+	ChatService_DeleteModelConfig_FullMethodName             = "/chatd.v1.ChatService/DeleteModelConfig"
+	ChatService_GetCompactionModelOverride_FullMethodName    = "/chatd.v1.ChatService/GetCompactionModelOverride"
+	ChatService_SetCompactionModelOverride_FullMethodName    = "/chatd.v1.ChatService/SetCompactionModelOverride"
+	ChatService_DeleteCompactionModelOverride_FullMethodName = "/chatd.v1.ChatService/DeleteCompactionModelOverride"
+	ChatService_CreateProject_FullMethodName                 = "/chatd.v1.ChatService/CreateProject"
+	ChatService_ListProjects_FullMethodName                  = "/chatd.v1.ChatService/ListProjects"
 )
 
 // ChatServiceClient is the client API for ChatService service.
@@ -122,6 +127,23 @@ type ChatServiceClient interface {
 	// DeleteModelConfig removes a model config.
 	// DELETE /api/v2/organizations/{organization}/chats/model-configs/{modelConfig}
 	DeleteModelConfig(ctx context.Context, in *DeleteModelConfigRequest, opts ...grpc.CallOption) (*DeleteModelConfigResponse, error)
+	// GetCompactionModelOverride returns the organization's compaction model
+	// (administrators); NotFound when none is set. These three RPCs are the
+	// gRPC form; over REST, ModelOverrideService serves their paths (context
+	// compaction of .../model-overrides/{context}).
+	// GET /api/v2/organizations/{organization}/chats/model-overrides/compaction
+	GetCompactionModelOverride(ctx context.Context, in *GetCompactionModelOverrideRequest, opts ...grpc.CallOption) (*GetCompactionModelOverrideResponse, error)
+	// SetCompactionModelOverride selects the organization's compaction model.
+	// PUT /api/v2/organizations/{organization}/chats/model-overrides/compaction
+	SetCompactionModelOverride(ctx context.Context, in *SetCompactionModelOverrideRequest, opts ...grpc.CallOption) (*SetCompactionModelOverrideResponse, error)
+	// DeleteCompactionModelOverride unsets it (idempotent): chats summarize
+	// with their own model again.
+	// DELETE /api/v2/organizations/{organization}/chats/model-overrides/compaction
+	DeleteCompactionModelOverride(ctx context.Context, in *DeleteCompactionModelOverrideRequest, opts ...grpc.CallOption) (*DeleteCompactionModelOverrideResponse, error)
+	// CreateProject creates a project of the caller. POST /api/v2/projects
+	CreateProject(ctx context.Context, in *CreateProjectRequest, opts ...grpc.CallOption) (*CreateProjectResponse, error)
+	// ListProjects lists the caller's projects. GET /api/v2/projects
+	ListProjects(ctx context.Context, in *ListProjectsRequest, opts ...grpc.CallOption) (*ListProjectsResponse, error)
 }
 
 type chatServiceClient struct {
@@ -362,6 +384,56 @@ func (c *chatServiceClient) DeleteModelConfig(ctx context.Context, in *DeleteMod
 	return out, nil
 }
 
+func (c *chatServiceClient) GetCompactionModelOverride(ctx context.Context, in *GetCompactionModelOverrideRequest, opts ...grpc.CallOption) (*GetCompactionModelOverrideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCompactionModelOverrideResponse)
+	err := c.cc.Invoke(ctx, ChatService_GetCompactionModelOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) SetCompactionModelOverride(ctx context.Context, in *SetCompactionModelOverrideRequest, opts ...grpc.CallOption) (*SetCompactionModelOverrideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetCompactionModelOverrideResponse)
+	err := c.cc.Invoke(ctx, ChatService_SetCompactionModelOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) DeleteCompactionModelOverride(ctx context.Context, in *DeleteCompactionModelOverrideRequest, opts ...grpc.CallOption) (*DeleteCompactionModelOverrideResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteCompactionModelOverrideResponse)
+	err := c.cc.Invoke(ctx, ChatService_DeleteCompactionModelOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) CreateProject(ctx context.Context, in *CreateProjectRequest, opts ...grpc.CallOption) (*CreateProjectResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateProjectResponse)
+	err := c.cc.Invoke(ctx, ChatService_CreateProject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chatServiceClient) ListProjects(ctx context.Context, in *ListProjectsRequest, opts ...grpc.CallOption) (*ListProjectsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListProjectsResponse)
+	err := c.cc.Invoke(ctx, ChatService_ListProjects_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ChatServiceServer is the server API for ChatService service.
 // All implementations must embed UnimplementedChatServiceServer
 // for forward compatibility.
@@ -440,6 +512,23 @@ type ChatServiceServer interface {
 	// DeleteModelConfig removes a model config.
 	// DELETE /api/v2/organizations/{organization}/chats/model-configs/{modelConfig}
 	DeleteModelConfig(context.Context, *DeleteModelConfigRequest) (*DeleteModelConfigResponse, error)
+	// GetCompactionModelOverride returns the organization's compaction model
+	// (administrators); NotFound when none is set. These three RPCs are the
+	// gRPC form; over REST, ModelOverrideService serves their paths (context
+	// compaction of .../model-overrides/{context}).
+	// GET /api/v2/organizations/{organization}/chats/model-overrides/compaction
+	GetCompactionModelOverride(context.Context, *GetCompactionModelOverrideRequest) (*GetCompactionModelOverrideResponse, error)
+	// SetCompactionModelOverride selects the organization's compaction model.
+	// PUT /api/v2/organizations/{organization}/chats/model-overrides/compaction
+	SetCompactionModelOverride(context.Context, *SetCompactionModelOverrideRequest) (*SetCompactionModelOverrideResponse, error)
+	// DeleteCompactionModelOverride unsets it (idempotent): chats summarize
+	// with their own model again.
+	// DELETE /api/v2/organizations/{organization}/chats/model-overrides/compaction
+	DeleteCompactionModelOverride(context.Context, *DeleteCompactionModelOverrideRequest) (*DeleteCompactionModelOverrideResponse, error)
+	// CreateProject creates a project of the caller. POST /api/v2/projects
+	CreateProject(context.Context, *CreateProjectRequest) (*CreateProjectResponse, error)
+	// ListProjects lists the caller's projects. GET /api/v2/projects
+	ListProjects(context.Context, *ListProjectsRequest) (*ListProjectsResponse, error)
 	mustEmbedUnimplementedChatServiceServer()
 }
 
@@ -518,6 +607,21 @@ func (UnimplementedChatServiceServer) UpdateModelConfig(context.Context, *Update
 }
 func (UnimplementedChatServiceServer) DeleteModelConfig(context.Context, *DeleteModelConfigRequest) (*DeleteModelConfigResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteModelConfig not implemented")
+}
+func (UnimplementedChatServiceServer) GetCompactionModelOverride(context.Context, *GetCompactionModelOverrideRequest) (*GetCompactionModelOverrideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCompactionModelOverride not implemented")
+}
+func (UnimplementedChatServiceServer) SetCompactionModelOverride(context.Context, *SetCompactionModelOverrideRequest) (*SetCompactionModelOverrideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetCompactionModelOverride not implemented")
+}
+func (UnimplementedChatServiceServer) DeleteCompactionModelOverride(context.Context, *DeleteCompactionModelOverrideRequest) (*DeleteCompactionModelOverrideResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteCompactionModelOverride not implemented")
+}
+func (UnimplementedChatServiceServer) CreateProject(context.Context, *CreateProjectRequest) (*CreateProjectResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateProject not implemented")
+}
+func (UnimplementedChatServiceServer) ListProjects(context.Context, *ListProjectsRequest) (*ListProjectsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListProjects not implemented")
 }
 func (UnimplementedChatServiceServer) mustEmbedUnimplementedChatServiceServer() {}
 func (UnimplementedChatServiceServer) testEmbeddedByValue()                     {}
@@ -954,6 +1058,96 @@ func _ChatService_DeleteModelConfig_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ChatService_GetCompactionModelOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCompactionModelOverrideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).GetCompactionModelOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_GetCompactionModelOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).GetCompactionModelOverride(ctx, req.(*GetCompactionModelOverrideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_SetCompactionModelOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetCompactionModelOverrideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).SetCompactionModelOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_SetCompactionModelOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).SetCompactionModelOverride(ctx, req.(*SetCompactionModelOverrideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_DeleteCompactionModelOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteCompactionModelOverrideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).DeleteCompactionModelOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_DeleteCompactionModelOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).DeleteCompactionModelOverride(ctx, req.(*DeleteCompactionModelOverrideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_CreateProject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateProjectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).CreateProject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_CreateProject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).CreateProject(ctx, req.(*CreateProjectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChatService_ListProjects_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListProjectsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChatServiceServer).ListProjects(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChatService_ListProjects_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChatServiceServer).ListProjects(ctx, req.(*ListProjectsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ChatService_ServiceDesc is the grpc.ServiceDesc for ChatService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1052,6 +1246,26 @@ var ChatService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteModelConfig",
 			Handler:    _ChatService_DeleteModelConfig_Handler,
+		},
+		{
+			MethodName: "GetCompactionModelOverride",
+			Handler:    _ChatService_GetCompactionModelOverride_Handler,
+		},
+		{
+			MethodName: "SetCompactionModelOverride",
+			Handler:    _ChatService_SetCompactionModelOverride_Handler,
+		},
+		{
+			MethodName: "DeleteCompactionModelOverride",
+			Handler:    _ChatService_DeleteCompactionModelOverride_Handler,
+		},
+		{
+			MethodName: "CreateProject",
+			Handler:    _ChatService_CreateProject_Handler,
+		},
+		{
+			MethodName: "ListProjects",
+			Handler:    _ChatService_ListProjects_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

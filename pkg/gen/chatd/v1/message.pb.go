@@ -223,9 +223,13 @@ type MessagePart struct {
 	// file: the file's media type, e.g. "image/png".
 	MediaType *string `protobuf:"bytes,9,opt,name=media_type,json=mediaType,proto3,oneof" json:"media_type,omitempty"`
 	// file: the file's name.
-	Name          *string `protobuf:"bytes,10,opt,name=name,proto3,oneof" json:"name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Name *string `protobuf:"bytes,10,opt,name=name,proto3,oneof" json:"name,omitempty"`
+	// tool-call: true when a lifecycle hook (pre_tool_use allow with an
+	// input_override) replaced the call's input; args is the input the tool
+	// ran with. Clients show "Modified by policy". Unset otherwise.
+	PolicyModified *bool `protobuf:"varint,11,opt,name=policy_modified,json=policyModified,proto3,oneof" json:"policy_modified,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MessagePart) Reset() {
@@ -326,6 +330,13 @@ func (x *MessagePart) GetName() string {
 		return *x.Name
 	}
 	return ""
+}
+
+func (x *MessagePart) GetPolicyModified() bool {
+	if x != nil && x.PolicyModified != nil {
+		return *x.PolicyModified
+	}
+	return false
 }
 
 // QueuedMessage is a user message waiting for the chat to become idle.
@@ -455,7 +466,7 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"\x11_reasoning_effort\"Q\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12#\n" +
-	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"\xb3\x03\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"\xf5\x03\n" +
 	"\vMessagePart\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x17\n" +
 	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12%\n" +
@@ -469,7 +480,8 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"\n" +
 	"media_type\x18\t \x01(\tH\x05R\tmediaType\x88\x01\x01\x12\x17\n" +
 	"\x04name\x18\n" +
-	" \x01(\tH\x06R\x04name\x88\x01\x01B\a\n" +
+	" \x01(\tH\x06R\x04name\x88\x01\x01\x12,\n" +
+	"\x0fpolicy_modified\x18\v \x01(\bH\aR\x0epolicyModified\x88\x01\x01B\a\n" +
 	"\x05_textB\x0f\n" +
 	"\r_tool_call_idB\f\n" +
 	"\n" +
@@ -478,7 +490,8 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"\n" +
 	"\b_file_idB\r\n" +
 	"\v_media_typeB\a\n" +
-	"\x05_name\"\xf9\x02\n" +
+	"\x05_nameB\x12\n" +
+	"\x10_policy_modified\"\xf9\x02\n" +
 	"\rQueuedMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x17\n" +
 	"\achat_id\x18\x02 \x01(\tR\x06chatId\x12/\n" +

@@ -64,8 +64,17 @@ func (s *Server) SubmitToolResults(ctx context.Context, req *chatdv1.SubmitToolR
 		return nil, statusError(codes.ResourceExhausted, ReasonPayloadTooLarge,
 			fmt.Sprintf("the tool results are %d bytes; the limit is %d bytes", size, s.cfg.MaxMessageBytes))
 	}
+	// post_tool_use for each result, before the commit (toolresult_hooks.go).
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	effects, err := s.toolResultHooks(ctx, c, req.GetChatId(), results)
+	if err != nil {
+		return nil, err
+	}
 	chat, err := s.chatAction(ctx, req.GetChatId(), func(_ auth.Claims, tx *chatstate.Tx) error {
-		_, err := tx.CompleteRequiresAction(ctx, results, nil)
+		_, err := tx.CompleteRequiresAction(ctx, results, effects)
 		return err
 	})
 	if err != nil {

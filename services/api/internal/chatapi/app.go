@@ -15,6 +15,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/service"
@@ -34,6 +35,12 @@ type AppConfig struct {
 	GRPCListener, HTTPListener net.Listener
 	ShutdownTimeout            time.Duration
 	Log                        *slog.Logger
+	// TitleHooks is Deps.TitleHooks (tests).
+	TitleHooks TitleHooks
+	// Hooks is Deps.Hooks: the lifecycle hook dispatcher (nil: none).
+	Hooks *hooks.Dispatcher
+	// MetricsHandler, when set, serves GET /metrics on the HTTP listener.
+	MetricsHandler http.Handler
 }
 
 // Serve runs the api service until ctx ends: ChatService over gRPC, its
@@ -65,7 +72,9 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 		RequiresActionTimeout: cfg.RequiresActionTimeout,
 		AfterCommit:           notify.NewPublisher(nc, log).AfterCommit,
 	})
-	srv := New(cfg.Config, Deps{Pool: pool, Machine: machine, Models: modelconfig.New(pool), Log: log})
+	srv := New(cfg.Config, Deps{Pool: pool, Machine: machine, Models: modelconfig.New(pool), Log: log, TitleHooks: cfg.TitleHooks, Hooks: cfg.Hooks})
+	// Background title generation stops before the pool closes.
+	defer srv.Close()
 	maxBody := int64(srv.cfg.MaxMessageBytes)*2 + 64<<10 // JSON escaping and the other fields
 	return service.Run(ctx, service.Options{
 		Name:            "api",
@@ -73,6 +82,7 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 		GRPCListener:    cfg.GRPCListener,
 		HTTPAddr:        cfg.HTTPAddr,
 		HTTPListener:    cfg.HTTPListener,
+		MetricsHandler:  cfg.MetricsHandler,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
 		ServerOptions: []grpc.ServerOption{
@@ -85,6 +95,8 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 				files.Register(mux)
 			}
 			chatdv1.RegisterChatServiceServer(s, srv)
+			chatdv1.RegisterMcpServerServiceServer(s, srv.MCPServers())
+			chatdv1.RegisterModelOverrideServiceServer(s, srv.ModelOverrides())
 			return nil
 		},
 		RegisterGateway: func(conn *grpc.ClientConn, mux *http.ServeMux) error {

@@ -65,6 +65,13 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 		return nil, s.modelError(ctx, err)
 	}
 	p.ModelConfigID = &model.ID
+	project, err := s.callerProject(ctx, c, req.ProjectId)
+	if err != nil {
+		return nil, err
+	}
+	if project != nil {
+		p.ProjectID = &project.ID
+	}
 	if content, err = chatfiles.Describe(ctx, s.q, c.UserID, content); err != nil {
 		return nil, s.fail(ctx, err)
 	}
@@ -82,6 +89,22 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 		hash = requestHash(req, func(m proto.Message) { m.(*chatdv1.CreateChatRequest).RequestId = nil })
 		if err := priorRequest(ctx, s.q, c.UserID, kindCreateChat, requestID, hash); err != nil {
 			return s.createReplay(ctx, err)
+		}
+	}
+	if len(content) > 0 && s.hooks.Active() {
+		// session_start and user_prompt_submit: a deny or a failed dispatch
+		// creates no chat (hooks.go).
+		session, err := s.startSession(ctx, newChatRef(p.ID, c.UserID), false)
+		if err != nil {
+			return nil, err
+		}
+		if content, err = s.admitPrompt(ctx, newChatRef(p.ID, c.UserID), content); err != nil {
+			return nil, err
+		}
+		content = append(content, session...) // hook effects (hooks.go)
+		p.Messages[len(p.Messages)-1].Content = content
+		if p.Title, p.TitleSource, err = createTitle(req.Title, content); err != nil {
+			return nil, err
 		}
 	}
 	var resp *chatdv1.CreateChatResponse
@@ -107,6 +130,7 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 		return nil, s.fail(ctx, err)
 	}
 	created(ctx)
+	s.titleAfterCreate(p, content) // in the background: the response does not wait
 	return resp, nil
 }
 

@@ -42,6 +42,9 @@ func chatToProto(c queries.Chat) (*chatdv1.Chat, error) {
 	if c.LastModelConfigID != nil {
 		out.LastModelConfigId = proto.String(c.LastModelConfigID.String())
 	}
+	if c.ProjectID != nil {
+		out.ProjectId = proto.String(c.ProjectID.String())
+	}
 	if len(c.RetryState) > 0 {
 		var rs structpb.Struct
 		if err := protojson.Unmarshal(c.RetryState, &rs); err != nil {
@@ -154,7 +157,8 @@ func queuedToProto(q queries.ChatQueuedMessage) (*chatdv1.QueuedMessage, error) 
 	if err != nil {
 		return nil, fmt.Errorf("queued message %d: %w", q.ID, err)
 	}
-	parts, err := partsToProto(content)
+	// A queued prompt's model-only hook context is not for clients.
+	parts, err := partsToProto(content.ForUser())
 	if err != nil {
 		return nil, fmt.Errorf("queued message %d: %w", q.ID, err)
 	}
@@ -197,6 +201,9 @@ func partsToProto(c chatmsg.Content) ([]*chatdv1.MessagePart, error) {
 				return nil, fmt.Errorf("tool-call %s args: %w", p.ToolCallID, err)
 			}
 			pp.Args = v
+			if p.PolicyModified {
+				pp.PolicyModified = proto.Bool(true) // "Modified by policy"
+			}
 		case chatmsg.PartToolResult:
 			pp.ToolCallId, pp.ToolName = proto.String(p.ToolCallID), proto.String(p.ToolName)
 			pp.IsError = proto.Bool(p.IsError)

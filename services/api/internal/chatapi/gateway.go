@@ -48,6 +48,12 @@ func NewGateway(ctx context.Context, conn *grpc.ClientConn, maxBody int64) (http
 	if err := chatdv1.RegisterChatServiceHandler(ctx, gw, conn); err != nil {
 		return nil, fmt.Errorf("register REST facade: %w", err)
 	}
+	if err := chatdv1.RegisterMcpServerServiceHandler(ctx, gw, conn); err != nil {
+		return nil, fmt.Errorf("register REST facade of McpServerService: %w", err)
+	}
+	if err := chatdv1.RegisterModelOverrideServiceHandler(ctx, gw, conn); err != nil {
+		return nil, fmt.Errorf("register REST facade of ModelOverrideService: %w", err)
+	}
 	mux := http.NewServeMux()
 	mux.Handle(APIPrefix, limitBody(gw, maxBody))
 	mux.HandleFunc("GET "+APIPrefix+"openapi.json", func(w http.ResponseWriter, _ *http.Request) {

@@ -90,10 +90,29 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 	if requestID != "" {
 		hash = requestHash(req, func(m proto.Message) { m.(*chatdv1.SendMessageRequest).RequestId = nil })
 	}
+	// user_prompt_submit, before anything is persisted (hooks.go). A
+	// replayed request_id is no new admission: it is answered from its
+	// record without a dispatch.
+	if requestID != "" && s.hooks.Active() {
+		if err := priorRequest(ctx, s.q, c.UserID, kindSendMessage, requestID, hash); err != nil {
+			var stored chatdv1.SendMessageResponse
+			if ok, derr := replay(err, &stored); ok {
+				if derr != nil {
+					return nil, s.fail(ctx, derr)
+				}
+				return &stored, nil
+			}
+			return nil, s.fail(ctx, err)
+		}
+	}
+	if content, err = s.admitToChat(ctx, c, req.GetChatId(), content, false); err != nil {
+		return nil, err
+	}
 	msg := chatstate.NewMessage{
 		Role: chatstate.RoleUser, Content: content, ModelConfigID: modelID, ReasoningEffort: effort, CreatedBy: &c.UserID,
 	}
 	var resp *chatdv1.SendMessageResponse
+	var title *titleJob // the first prompt of a chat created empty (titles.go)
 	_, err = s.update(ctx, c, req.GetChatId(), func(tx *chatstate.Tx) error {
 		if requestID != "" {
 			if err := priorRequest(ctx, tx.Queries(), c.UserID, kindSendMessage, requestID, hash); err != nil {
@@ -111,6 +130,9 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 		msg.Content = linked
 		res, err := tx.SendMessage(ctx, msg, chatstate.BusyBehavior(behavior))
 		if err != nil {
+			return err
+		}
+		if title, err = s.firstPromptTitle(ctx, tx, msg, res); err != nil {
 			return err
 		}
 		if resp, err = sendResponse(res); err != nil {
@@ -132,6 +154,7 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 		return nil, err
 	}
 	created(ctx)
+	s.startTitle(title)
 	return resp, nil
 }
 
@@ -188,6 +211,11 @@ func (s *Server) EditMessage(ctx context.Context, req *chatdv1.EditMessageReques
 	}
 	modelID, err := s.requestedModel(ctx, c, req.ModelConfigId)
 	if err != nil {
+		return nil, err
+	}
+	// session_start and user_prompt_submit, before anything is persisted
+	// (hooks.go).
+	if content, err = s.admitToChat(ctx, c, req.GetChatId(), content, true); err != nil {
 		return nil, err
 	}
 	var rows []queries.ChatMessage

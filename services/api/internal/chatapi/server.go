@@ -19,6 +19,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/modelconfig"
 )
 
@@ -58,6 +59,10 @@ type Server struct {
 
 	// seen caches callers whose user and organization rows exist.
 	seen sync.Map
+	// titles is the background title generation (titles.go).
+	titles titleWork
+	// hooks is the lifecycle hook dispatcher (hooks.go); nil is inactive.
+	hooks *hooks.Dispatcher
 }
 
 // Deps are what a Server needs.
@@ -69,6 +74,11 @@ type Deps struct {
 	// NewID and Now are injectable for deterministic tests.
 	NewID func() uuid.UUID
 	Now   func() time.Time
+	// TitleHooks observe background title generation (tests).
+	TitleHooks TitleHooks
+	// Hooks dispatches lifecycle hooks (user_prompt_submit at admission);
+	// nil dispatches nothing.
+	Hooks *hooks.Dispatcher
 }
 
 // New returns a Server.
@@ -91,6 +101,8 @@ func New(cfg Config, d Deps) *Server {
 	return &Server{
 		cfg: cfg, pool: d.Pool, q: queries.New(d.Pool), machine: d.Machine, models: d.Models,
 		log: d.Log, newID: d.NewID, now: d.Now,
+		titles: titleWork{hooks: d.TitleHooks},
+		hooks:  d.Hooks,
 	}
 }
 

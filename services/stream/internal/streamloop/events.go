@@ -134,6 +134,9 @@ type Part struct {
 	FileID     string          `json:"file_id,omitempty"`
 	MediaType  string          `json:"media_type,omitempty"`
 	Name       string          `json:"name,omitempty"`
+	// PolicyModified: a lifecycle hook rewrote this tool call's input
+	// ("Modified by policy"), as in the REST message part.
+	PolicyModified bool `json:"policy_modified,omitempty"`
 }
 
 // Message is the message payload, matching the REST message shape.
@@ -191,6 +194,7 @@ func encodeParts(raw json.RawMessage) ([]Part, error) {
 	if err != nil {
 		return nil, err
 	}
+	content = content.ForUser() // a queued prompt's model-only hook context
 	out := make([]Part, 0, len(content))
 	for _, p := range content {
 		wp := Part{Type: string(p.Type)}
@@ -200,6 +204,7 @@ func encodeParts(raw json.RawMessage) ([]Part, error) {
 			wp.Text = &t
 		case chatmsg.PartToolCall:
 			wp.ToolCallID, wp.ToolName, wp.Args = p.ToolCallID, p.ToolName, nonNullJSON(p.Args)
+			wp.PolicyModified = p.PolicyModified
 		case chatmsg.PartToolResult:
 			b := p.IsError
 			wp.ToolCallID, wp.ToolName, wp.Result, wp.IsError = p.ToolCallID, p.ToolName, p.Result, &b

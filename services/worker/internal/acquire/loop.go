@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chatd/chatd/pkg/chatstate"
@@ -63,6 +64,9 @@ type Config struct {
 	Clock clockwork.Clock
 	// Log receives the loop's logs; slog.Default() when nil.
 	Log *slog.Logger
+	// MeterProvider records the chatd_acquisition* metrics; the otel
+	// global when nil.
+	MeterProvider metric.MeterProvider
 }
 
 // Stats is what one pass did.
@@ -86,7 +90,8 @@ type Loop struct {
 	// hints are chats named by chat:ownership notifications: the loop tries
 	// each directly, without scanning for candidates. The timer's and
 	// Wake's full passes are the safety net for dropped hints.
-	hints chan uuid.UUID
+	hints   chan uuid.UUID
+	metrics metrics
 }
 
 // hintBuffer bounds the pending hints; past it a full pass is requested.
@@ -114,7 +119,7 @@ func New(pool *pgxpool.Pool, machine *chatstate.Machine, nc *nats.Conn, spawner 
 		cfg.Log = slog.Default()
 	}
 	return &Loop{pool: pool, machine: machine, nc: nc, spawner: spawner, cfg: cfg,
-		wake: make(chan struct{}, 1), hints: make(chan uuid.UUID, hintBuffer)}
+		wake: make(chan struct{}, 1), hints: make(chan uuid.UUID, hintBuffer), metrics: newMetrics(cfg.MeterProvider)}
 }
 
 // Run runs a pass at once and then whenever a chat:ownership notification
@@ -224,6 +229,8 @@ func (l *Loop) Released(chatID uuid.UUID) {
 // candidate read's.
 func (l *Loop) Pass(ctx context.Context) (Stats, error) {
 	var st Stats
+	began := time.Now()
+	defer func() { l.metrics.pass(time.Since(began)) }()
 	cands, err := queries.New(l.pool).ChatAcquireListCandidates(ctx, queries.ChatAcquireListCandidatesParams{
 		LeaseSeconds: l.cfg.Lease.Seconds(),
 		MaxChats:     int32(l.cfg.BatchSize),
@@ -274,10 +281,20 @@ var errSkip = errors.New("chat no longer needs an owner")
 // and unowned or owned by a stale lease, and admission finds it a slot;
 // then it asks the manager to run it. It reports whether it acquired the
 // chat; ErrNoCapacity means admission refused it and it stays unowned.
-func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (bool, error) {
+func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err error) {
+	defer func() {
+		switch {
+		case acquired:
+			// takenOver is final once acquired.
+		case errors.Is(err, ErrNoCapacity):
+			l.metrics.count(ResultNoCapacity)
+		case err != nil && ctx.Err() == nil:
+			l.metrics.count(ResultError)
+		}
+	}()
 	runnerID := uuid.New()
 	var takenOver bool
-	_, err := l.machine.Update(ctx, id, func(tx *chatstate.Tx) error {
+	_, err = l.machine.Update(ctx, id, func(tx *chatstate.Tx) error {
 		c := tx.Chat()
 		if !tx.State().Runnable() {
 			return errSkip
@@ -327,6 +344,11 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (bool, error) {
 		// than after the lease.
 		l.abandon(id, runnerID)
 		return false, fmt.Errorf("error spawning a runner for chat %s: %w", id, err)
+	}
+	if takenOver {
+		l.metrics.count(ResultTakenOver)
+	} else {
+		l.metrics.count(ResultAcquired)
 	}
 	return true, nil
 }

@@ -100,20 +100,32 @@ func (tb *Toolbox) Has(name string) bool {
 	return ok
 }
 
-// Run executes one call, answering unknown tools and malformed or
-// ambiguous arguments with an error result before any tool runs.
-func (tb *Toolbox) Run(ctx context.Context, toolCallID, name string, args json.RawMessage) (json.RawMessage, bool) {
-	t, ok := tb.tools[name]
-	if !ok {
-		return ErrorResult("unknown tool: " + name), true
+// Check answers a call that must not run: an unknown tool, or invalid
+// JSON, a repeated key, or a schema property spelled with other
+// capitalization. ok means the call may run.
+func (tb *Toolbox) Check(name string, args json.RawMessage) (rejection json.RawMessage, ok bool) {
+	t, found := tb.tools[name]
+	if !found {
+		return ErrorResult("unknown tool: " + name), false
 	}
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	// Rejected before it runs: invalid JSON, a repeated key, or a schema
-	// property spelled with other capitalization.
 	if err := toolargs.Check(args, t.Spec.InputSchema); err != nil {
-		return ErrorResult(err.Error()), true
+		return ErrorResult(err.Error()), false
+	}
+	return nil, true
+}
+
+// Run executes one call, answering a call Check rejects with that error
+// result before any tool runs.
+func (tb *Toolbox) Run(ctx context.Context, toolCallID, name string, args json.RawMessage) (json.RawMessage, bool) {
+	if rejection, ok := tb.Check(name, args); !ok {
+		return rejection, true
+	}
+	t := tb.tools[name]
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
 	}
 	out, isErr, err := t.Run(ctx, Call{Chat: tb.chat, ToolCallID: toolCallID, Args: args})
 	if err != nil {

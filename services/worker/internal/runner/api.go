@@ -12,10 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/partbuf"
+	"github.com/chatd/chatd/services/worker/internal/agenttools"
 )
 
 // Event is one chat state update the runner's loop processes (spec "Event
@@ -64,6 +67,30 @@ type Deps struct {
 	// RequestCleanup asks the runner manager to stop and clean up this
 	// runner (event processing step 2). It must not block.
 	RequestCleanup func(chatID, runnerID uuid.UUID)
+	// TracerProvider emits the chat_turn and stage spans (spec "Lifecycle
+	// tracing"); the otel global when nil (a no-op unless a binary set it).
+	TracerProvider trace.TracerProvider
+	// MeterProvider records the chatd_ stage metrics; the otel global when
+	// nil.
+	MeterProvider metric.MeterProvider
+	// Experiments are the CHATD_EXPERIMENTS entries; the stage metric
+	// families are registered only with chat-stage-metrics among them
+	// (spans are emitted either way). nil reads CHATD_EXPERIMENTS from the
+	// environment (the setting pkg/hooks.Config declares).
+	Experiments []string
+	// ToolProviders offer each chat its worker-executed tools (project
+	// memory, subagents, MCP servers...); a call to any other non-dynamic
+	// tool is answered with an "unknown tool" error result.
+	ToolProviders []agenttools.Provider
+	// CompactionHooks dispatches pre_compact and post_compact around every
+	// compaction (compaction.go); nil means no hooks.
+	CompactionHooks CompactionHooks
+	// ToolHooks dispatches pre_tool_use and post_tool_use around
+	// worker-executed tool calls (toolhooks.go); nil means no hooks.
+	ToolHooks ToolHooks
+	// StopHooks dispatches stop when a turn finishes (stophooks.go); nil
+	// means no hook.
+	StopHooks StopHooks
 }
 
 // Spec identifies one runner.

@@ -9,6 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
@@ -16,6 +20,8 @@ import (
 	"github.com/chatd/chatd/pkg/llm"
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/partbuf"
+	"github.com/chatd/chatd/pkg/telemetry"
+	"github.com/chatd/chatd/services/worker/internal/agenttools"
 )
 
 // errTurnLimit ends a model call that ran past the turn time limit.
@@ -45,6 +51,7 @@ const (
 	planDone  planKind = iota // a finishing transition was applied
 	planTools                 // open worker-executed tool calls need results
 	planModel                 // call the model
+	planStop                  // the turn is complete: dispatch stop (stophooks.go)
 )
 
 // plan is what the generation goroutine decided under the fence.
@@ -54,6 +61,20 @@ type plan struct {
 	msgs         []queries.ChatMessage
 	open         []chatstate.OpenToolCall
 	turnDeadline time.Time // zero: no turn time limit
+	// action is the step's generation_action; trigger anchors its turn
+	// (turnTrigger); queuedAt is the queued created_at of the prompt a
+	// FinishTurn promoted.
+	action   string
+	trigger  time.Time
+	queuedAt *time.Time
+	// compaction is set when the model call is a compaction's summary
+	// (compaction.go).
+	compaction *compactionPlan
+	// finishErr is the error a decided FinishError wrote; empty for the
+	// turn time limit.
+	finishErr string
+	// turnID identifies the turn in hook dispatches (stophooks.go).
+	turnID uuid.UUID
 }
 
 // generate is the generation goroutine. Each iteration decides the next
@@ -62,21 +83,70 @@ type plan struct {
 // this goroutine, so it returns after CommitStep; it loops only to retry.
 func (r *runner) generate(ctx context.Context, in intent) error {
 	for {
+		began := r.clock.Now()
 		var p plan
 		if _, err := r.update(ctx, in, func(tx *chatstate.Tx) error { return r.decideStep(ctx, tx, &p) }); err != nil {
 			return err
 		}
-		switch p.kind {
-		case planDone:
-			return nil
-		case planTools:
-			return r.answerOpenCalls(ctx, in, p)
-		}
-		again, err := r.attempt(ctx, in, p)
+		again, err := r.traceStep(withTurnID(ctx, p.turnID), p, began, func(ctx context.Context) (bool, error) {
+			switch p.kind {
+			case planDone:
+				return false, nil
+			case planStop:
+				return false, r.stopTurn(ctx, in, p)
+			case planTools:
+				return false, r.answerOpenCalls(ctx, in, p)
+			}
+			return r.attempt(ctx, in, p)
+		})
 		if err != nil || !again {
 			return err
 		}
 	}
+}
+
+// Generation actions (the generation_step stage's generation_action).
+const (
+	actionFinishTurn     = "finish_turn"
+	actionRequiresAction = "requires_action"
+	actionFinishError    = "finish_error"
+	actionRunTools       = "run_tools"
+	actionModelCall      = "model_call"
+)
+
+// traceStep runs one step of the generation loop, whose state was loaded
+// at began, inside its turn (Ensure) and its generation_step stage, then
+// settles the turn (spec "Turn span lifecycle").
+func (r *runner) traceStep(ctx context.Context, p plan, began time.Time, step func(context.Context) (bool, error)) (bool, error) {
+	ctx, _ = r.turns.ensure(withStages(ctx, r.stages), p.trigger, began)
+	switch p.action {
+	case actionFinishTurn, actionRequiresAction:
+		r.turns.complete(ctx)
+	case actionFinishError:
+		msg := p.finishErr
+		if msg == "" {
+			msg = turnLimitMessage(r.cfg.TurnMaxDuration)
+		}
+		r.turns.invalidate(ctx, telemetry.OutcomeError, errors.New(msg))
+	}
+	if p.queuedAt != nil {
+		r.turns.recordQueueWait(*p.queuedAt, r.clock.Now())
+	}
+	sctx, stage := r.stages.Start(ctx, telemetry.StageGenerationStep, telemetry.At(began),
+		telemetry.WithAttributes(attribute.String(telemetry.AttrGenerationAction, p.action)))
+	again, err := step(sctx)
+	stage.End(stageError(ctx, err))
+	r.turns.settle(ctx, r.clock.Now())
+	return again, err
+}
+
+// stageError is the error a stage ends with: none for a task whose context
+// ended (it was replaced or stopped) or an expected fence exit.
+func stageError(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil || errors.Is(err, chatstate.ErrFenced) {
+		return nil
+	}
+	return err
 }
 
 // decideStep reads the history inside the bundle and applies
@@ -87,12 +157,14 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan) erro
 	if err != nil {
 		return err
 	}
+	p.trigger = turnTrigger(tx.Chat(), msgs)
+	p.turnID = turnID(tx.Chat().ID, msgs)
 	pending, err := tx.PendingDynamicToolCalls(ctx)
 	if err != nil {
 		return err
 	}
 	if len(pending) > 0 {
-		p.kind = planDone
+		p.kind, p.action = planDone, actionRequiresAction
 		return tx.EnterRequiresAction(ctx)
 	}
 	open, err := tx.OpenToolCalls(ctx)
@@ -100,11 +172,21 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan) erro
 		return err
 	}
 	if len(open) > 0 {
-		p.kind, p.open, p.msgs = planTools, open, msgs
+		// The tools read the calling chat (its family, its project).
+		p.kind, p.open, p.msgs, p.action, p.chat = planTools, open, msgs, actionRunTools, tx.Chat()
 		return nil
 	}
-	if turnComplete(msgs, r.cfg.MaxStepsPerTurn) {
-		p.kind = planDone
+	if ok, err := r.planManualCompaction(ctx, tx, msgs, p); ok || err != nil {
+		return err
+	}
+	if turnComplete(msgs, r.cfg.MaxStepsPerTurn) && !stopContinuation(msgs) {
+		if r.stopHooksActive() {
+			// Dispatch stop outside the transaction, then finish under
+			// the fence (stophooks.go).
+			p.kind, p.action, p.chat, p.msgs = planStop, actionStopHook, tx.Chat(), msgs
+			return nil
+		}
+		p.kind, p.action, p.queuedAt = planDone, actionFinishTurn, queueHead(ctx, tx)
 		_, err := tx.FinishTurn(ctx)
 		return err
 	}
@@ -112,21 +194,27 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan) erro
 		if start, ok := turnStart(msgs); ok {
 			p.turnDeadline = start.Add(limit)
 			if !r.clock.Now().Before(p.turnDeadline) {
-				p.kind = planDone
+				p.kind, p.action = planDone, actionFinishError
 				return tx.FinishError(ctx, turnLimitMessage(limit))
 			}
 		}
 	}
+	if ok, err := r.planAutoCompaction(ctx, tx, msgs, p); ok || err != nil {
+		return err
+	}
 	if err := tx.RecordGenerationAttempt(ctx); err != nil {
 		return err
 	}
-	p.kind, p.chat, p.msgs = planModel, tx.Chat(), msgs
+	p.kind, p.chat, p.msgs, p.action = planModel, tx.Chat(), msgs, actionModelCall
 	return nil
 }
 
 // finishError parks the chat in error with msg, under the fence.
 func (r *runner) finishError(ctx context.Context, in intent, msg string) error {
 	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error { return tx.FinishError(ctx, msg) })
+	if err == nil {
+		r.turns.invalidate(ctx, telemetry.OutcomeError, errors.New(msg))
+	}
 	return err
 }
 
@@ -134,21 +222,36 @@ func (r *runner) finishError(ctx context.Context, in intent, msg string) error {
 // success, RecordRetryState and a backoff on a retryable error (again is
 // true then), FinishError otherwise.
 func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, err error) {
-	model, cfg, err := r.openModel(ctx, p.chat)
+	if p.compaction != nil {
+		return r.compact(ctx, in, p)
+	}
+	// Preparation's own work (model resolution, tool assembly and its
+	// mcp_connect) nests under prepare.
+	pctx, prepare := r.stages.Start(ctx, telemetry.StagePrepare)
+	model, cfg, err := r.openModel(pctx, p.chat)
 	var terminal *terminalError
 	if errors.As(err, &terminal) {
+		prepare.End(err)
 		return false, r.finishError(ctx, in, terminal.msg)
 	}
 	if err != nil {
+		prepare.End(stageError(ctx, err))
 		return false, err
 	}
-	req, err := buildRequest(p.chat, p.msgs, r.tools.specs())
+	tb, err := r.toolbox(pctx, p.chat)
 	if err != nil {
+		prepare.End(stageError(ctx, err))
+		return false, err
+	}
+	req, err := buildRequest(p.chat, p.msgs, tb.Specs())
+	if err != nil {
+		prepare.End(err)
 		return false, r.finishError(ctx, in, err.Error())
 	}
 	// Attachments: evicted files become placeholders (user uploads) or go
 	// (assistant and tool files); the rest load from the chat's files.
 	if req.Messages, err = chatfiles.PreparePrompt(ctx, queries.New(r.deps.Pool), p.chat.ID, req.Messages); err != nil {
+		prepare.End(stageError(ctx, err))
 		return false, err
 	}
 	req.Files = chatfiles.Loader{Q: queries.New(r.deps.Pool), ChatID: p.chat.ID}
@@ -157,6 +260,12 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 		effort = *p.chat.LastReasoningEffort
 	}
 	req.ReasoningEffort = llm.ResolveEffort(effort, cfg.Options)
+	sm := stageModel(model.Info(), req.ReasoningEffort)
+	prepare.SetModel(sm)
+	prepare.End(nil)
+	// The generation_step runs on the model from here on.
+	trace.SpanFromContext(ctx).SetAttributes(sm.Attributes()...)
+	ctx = telemetry.WithStageModel(ctx, sm)
 
 	ep := partbuf.Episode{ChatID: r.spec.ChatID, HistoryVersion: in.HistoryVersion, GenerationAttempt: p.chat.GenerationAttempt}
 	resp, callErr := r.stream(ctx, model, req, ep, p.turnDeadline)
@@ -182,9 +291,13 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 	if _, err := r.update(ctx, in, func(tx *chatstate.Tx) error { return tx.RecordRetryState(ctx, state) }); err != nil {
 		return false, err
 	}
+	_, wait := r.stages.Start(ctx, telemetry.StageRetryBackoff,
+		telemetry.WithAttributes(attribute.Int64(telemetry.AttrAttempt, n)))
 	if !sleep(ctx, r.clock, delay) {
+		wait.End(nil)
 		return false, ctx.Err()
 	}
+	wait.End(nil)
 	return true, nil
 }
 
@@ -248,6 +361,10 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 		t := r.clock.AfterFunc(turnDeadline.Sub(r.clock.Now()), func() { cancel(errTurnLimit) })
 		defer t.Stop()
 	}
+	sm := stageModel(model.Info(), req.ReasoningEffort)
+	sctx, streamStage := r.stages.Start(sctx, telemetry.StageStream, telemetry.WithModel(sm))
+	_, ttft := r.stages.Start(sctx, telemetry.StageTTFT, telemetry.WithModel(sm))
+	thinking := newThinkingParts()
 	var acc llm.Accumulator
 	var callErr error
 	for ev, err := range model.Stream(sctx, req) {
@@ -256,12 +373,23 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 			break
 		}
 		started.Store(true)
+		if isOutputPart(ev) {
+			ttft.End(nil) // the first output part closes the window; later Ends are no-ops
+		}
+		thinking.observe(ev, r.clock.Now())
 		if err := acc.Add(ev); err != nil {
 			callErr = llm.NewFatal(err)
 			break
 		}
 		r.bufferPart(ep, ev)
 	}
+	defer func() {
+		end := r.clock.Now()
+		// A window no output part closed records no observation.
+		ttft.EndUnobserved(end, stageError(ctx, callErr))
+		thinking.record(sctx, r.stages, sm)
+		streamStage.EndAt(end, stageError(ctx, callErr))
+	}()
 	if callErr == nil && !acc.Finished() {
 		callErr = llm.NewRetryable(errors.New("the model stream ended without a finish event"))
 	}
@@ -320,8 +448,19 @@ func (r *runner) commitResponse(ctx context.Context, in intent, p plan, cfg mode
 	if err != nil {
 		return err
 	}
+	tb, err := r.toolbox(ctx, p.chat)
+	if err != nil {
+		return err
+	}
 	content := resp.Content
-	var results chatmsg.Content
+	// Admission first (toolhooks.go): pre_tool_use for every call the
+	// toolbox would run, sequentially, before any tool runs or anything is
+	// stored. A denied call gets a synthetic error result; an override is
+	// stored with the call and run.
+	th := r.toolHooks()
+	answered := map[int]chatmsg.Part{}
+	hooked := map[int]ToolCall{}
+	var effects []chatstate.NewMessage
 	for i, part := range content {
 		if part.Type != chatmsg.PartToolCall {
 			continue
@@ -331,14 +470,65 @@ func (r *runner) commitResponse(ctx context.Context, in intent, p plan, cfg mode
 			// and answer the call with an error instead of running it.
 			raw, _ := json.Marshal(string(part.Args))
 			content[i].Args = raw
-			results = append(results, chatmsg.ToolResult(part.ToolCallID, part.ToolName, errorResult("the tool call arguments are not valid JSON"), true))
+			answered[i] = chatmsg.ToolResult(part.ToolCallID, part.ToolName, errorResult("the tool call arguments are not valid JSON"), true)
 			continue
 		}
+		var call ToolCall
 		if dynamic[part.ToolName] {
+			// Client-executed: admitted here too; the api dispatches
+			// post_tool_use when the client submits the result.
+			call = dynamicCall(part)
+		} else {
+			var ok bool
+			if call, ok = hookable(tb, part); !ok {
+				continue // rejected by the toolbox before execution: no dispatch
+			}
+		}
+		dec, err := th.PreToolUse(ctx, p.chat, call)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return r.finishError(ctx, in, "the pre_tool_use hook failed: "+err.Error())
+		}
+		effects = append(effects, dec.Messages...)
+		if dec.Deny {
+			answered[i] = chatmsg.ToolResult(part.ToolCallID, part.ToolName, DeniedResult(dec.Reason), true)
 			continue
 		}
-		out, isErr := r.tools.run(ctx, part.ToolName, part.Args)
-		results = append(results, chatmsg.ToolResult(part.ToolCallID, part.ToolName, out, isErr))
+		if dec.Input != nil {
+			content[i].Args = dec.Input
+			content[i].PolicyModified = true
+			call.Input = dec.Input
+		}
+		hooked[i] = call
+	}
+	var hookErr error
+	for i, part := range content {
+		if hookErr != nil {
+			break // the remaining calls stay open; a resumed turn runs them
+		}
+		if _, done := answered[i]; done || part.Type != chatmsg.PartToolCall || dynamic[part.ToolName] {
+			continue
+		}
+		tctx, fatal := agenttools.WithFatal(ctx)
+		out, isErr := runTool(tctx, tb, part.ToolCallID, part.ToolName, part.Args)
+		answered[i] = chatmsg.ToolResult(part.ToolCallID, part.ToolName, out, isErr)
+		if err := fatal(); err != nil {
+			hookErr = err // e.g. a subagent spawn's user_prompt_submit failed
+			continue
+		}
+		if call, ok := hooked[i]; ok {
+			msgs, err := th.PostToolUse(ctx, p.chat, call, out, isErr)
+			hookErr = err
+			effects = append(effects, msgs...)
+		}
+	}
+	var results chatmsg.Content
+	for i := range content {
+		if res, ok := answered[i]; ok {
+			results = append(results, res)
+		}
 	}
 	u := resp.Usage
 	usage, err := json.Marshal(usageJSON{
@@ -354,10 +544,21 @@ func (r *runner) commitResponse(ctx context.Context, in intent, p plan, cfg mode
 	if len(results) > 0 {
 		step.Messages = append(step.Messages, chatstate.NewMessage{Role: chatstate.RoleTool, Content: results})
 	}
-	_, err = r.update(ctx, in, func(tx *chatstate.Tx) error {
+	step.Messages = append(step.Messages, effects...)
+	return r.commitToolStep(ctx, in, step, hookErr)
+}
+
+// commitStep applies CommitStep under the fence, in the commit stage.
+func (r *runner) commitStep(ctx context.Context, in intent, step chatstate.Step) error {
+	_, commit := r.stages.Start(ctx, telemetry.StageCommit)
+	var attempt int64
+	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
+		attempt = tx.Chat().GenerationAttempt
 		_, err := tx.CommitStep(ctx, step)
 		return err
 	})
+	commit.SetAttributes(attribute.Int64(telemetry.AttrAttempt, attempt))
+	commit.End(stageError(ctx, err))
 	return err
 }
 
@@ -380,14 +581,34 @@ func (r *runner) answerOpenCalls(ctx context.Context, in intent, p plan) error {
 			}
 		}
 	}
-	results := make(chatmsg.Content, 0, len(p.open))
-	for _, c := range p.open {
-		out, isErr := r.tools.run(ctx, c.ToolName, args[c.ToolCallID])
-		results = append(results, chatmsg.ToolResult(c.ToolCallID, c.ToolName, out, isErr))
-	}
-	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
-		_, err := tx.CommitStep(ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleTool, Content: results}}})
+	tb, err := r.toolbox(ctx, p.chat)
+	if err != nil {
 		return err
-	})
-	return err
+	}
+	results := make(chatmsg.Content, 0, len(p.open))
+	// Stored calls were admitted before they were stored: they run with
+	// their stored input, and post_tool_use reports each (toolhooks.go).
+	th := r.toolHooks()
+	var effects []chatstate.NewMessage
+	var hookErr error
+	for _, c := range p.open {
+		if hookErr != nil {
+			break // the rest stay open for the resumed turn
+		}
+		tctx, fatal := agenttools.WithFatal(ctx)
+		out, isErr := runTool(tctx, tb, c.ToolCallID, c.ToolName, args[c.ToolCallID])
+		results = append(results, chatmsg.ToolResult(c.ToolCallID, c.ToolName, out, isErr))
+		if err := fatal(); err != nil {
+			hookErr = err
+			continue
+		}
+		if call, ok := hookable(tb, chatmsg.ToolCall(c.ToolCallID, c.ToolName, args[c.ToolCallID])); ok {
+			msgs, err := th.PostToolUse(ctx, p.chat, call, out, isErr)
+			hookErr = err
+			effects = append(effects, msgs...)
+		}
+	}
+	step := chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleTool, Content: results}}}
+	step.Messages = append(step.Messages, effects...)
+	return r.commitToolStep(ctx, in, step, hookErr)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/partbuf"
+	"github.com/chatd/chatd/pkg/telemetry"
 )
 
 // update applies fn as one fenced bundle: the fence is checked first, and a
@@ -47,6 +48,17 @@ func (r *runner) view(ctx context.Context, in intent, fn func(tx *chatstate.Tx) 
 // It reads the attempt, closes the episode and finishes in one bundle: the
 // episode's parts are read under the same lock that fences the transition.
 func (r *runner) interrupt(ctx context.Context, in intent) error {
+	// The open turn is invalidated as interrupted before the commit, so a
+	// prompt the commit promotes cannot close it first; it is settled after
+	// (spec "Turn span lifecycle", Interrupt).
+	tctx := r.turns.openToken(ctx)
+	var queuedAt *time.Time
+	defer func() {
+		r.turns.settle(tctx, r.clock.Now())
+		if queuedAt != nil {
+			r.turns.recordQueueWait(*queuedAt, r.clock.Now())
+		}
+	}()
 	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
 		ep := partbuf.Episode{ChatID: r.spec.ChatID, HistoryVersion: in.HistoryVersion, GenerationAttempt: tx.Chat().GenerationAttempt}
 		var parts []partbuf.Part
@@ -58,9 +70,14 @@ func (r *runner) interrupt(ctx context.Context, in intent) error {
 				return fmt.Errorf("error reading parts of episode %s: %w", ep, err)
 			}
 		}
+		r.turns.invalidate(tctx, telemetry.OutcomeInterrupted, nil)
+		queuedAt = queueHead(ctx, tx)
 		_, err := tx.FinishInterruption(ctx, partialMessage(parts))
 		return err
 	})
+	if err != nil {
+		queuedAt = nil // nothing was promoted
+	}
 	return err
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/llm"
+	"github.com/chatd/chatd/services/worker/internal/memory"
 )
 
 func modelVisible(m queries.ChatMessage) bool {
@@ -67,9 +68,29 @@ func stepsInTurn(msgs []queries.ChatMessage) int {
 
 // turnComplete reports whether there is nothing left to generate for the
 // history (with no open tool calls): its last model-visible conversational
-// message is the assistant's, or the turn reached the step limit.
+// message is the assistant's, or the turn reached the step limit. The
+// compressed rows of a compaction or clear boundary are not conversation:
+// after a summary the decision reads what came before it (spec "Manual
+// compaction", step 4), so a /compact on an answered chat finishes the turn
+// and a compaction after tool results continues it.
+//
+// A post_compact hook effect is the exception step 4 names: the decision
+// reads user-visible history there, so a user-only post_compact message
+// leaves the turn incomplete, while model-only post_compact context reaches
+// the model without resuming generation (stophooks.go, hookRow).
 func turnComplete(msgs []queries.ChatMessage, maxSteps int) bool {
-	rows := promptRows(msgs)
+	var rows []queries.ChatMessage
+	for _, m := range msgs {
+		switch {
+		case m.Compressed:
+		case m.Visibility != chatstate.VisibleToBoth && hookRow(m, HookPostCompact):
+			if m.Visibility == chatstate.VisibleToUser {
+				rows = append(rows, m)
+			}
+		case modelVisible(m):
+			rows = append(rows, m)
+		}
+	}
 	for i := len(rows) - 1; i >= 0; i-- {
 		switch rows[i].Role {
 		case chatstate.RoleSystem:
@@ -116,8 +137,10 @@ var llmRoles = map[queries.ChatMessageRole]llm.Role{
 }
 
 // buildRequest assembles the model call for chat's active history msgs.
+// A root chat in a project gets the memory guidance block after its
+// system prompt (spec "Project memory").
 func buildRequest(chat queries.Chat, msgs []queries.ChatMessage, tools []llm.ToolSpec) (llm.Request, error) {
-	req := llm.Request{System: chat.SystemPrompt, Attempt: int(chat.GenerationAttempt)}
+	req := llm.Request{System: memory.WithGuidance(chat.SystemPrompt, chat), Attempt: int(chat.GenerationAttempt)}
 	for _, m := range promptRows(msgs) {
 		content, err := chatmsg.ParseContent(m.Content)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	_ "github.com/chatd/chatd/pkg/llm/providers"
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/pkg/telemetry"
 )
 
 // Config defaults (DESIGN.md "From chat-runs", spec "Generation goroutine").
@@ -55,8 +56,9 @@ type runner struct {
 	log    *slog.Logger
 	clock  clockwork.Clock
 	models *modelconfig.Store
-	tools  toolRegistry
 	locks  *keyedLocks
+	stages *telemetry.Stages
+	turns  *turnSpans // the chat_turn spans (turn_trace.go)
 
 	// The inbox: the newest pending event and a wake-up signal. Events are
 	// coalesced to the highest snapshot version, because the loop ignores
@@ -78,11 +80,20 @@ func newRunner(deps Deps, spec Spec) Runner {
 		clock = clockwork.NewRealClock()
 	}
 	deps.Clock = clock
+	experiments := deps.Experiments
+	if experiments == nil {
+		experiments = telemetry.ExperimentsFromEnv()
+	}
+	stages := telemetry.NewStages(telemetry.StagesOptions{
+		TracerProvider: deps.TracerProvider, MeterProvider: deps.MeterProvider, Now: clock.Now,
+		DisableMetrics: !telemetry.StageMetricsEnabled(experiments),
+	})
 	return &runner{
 		deps: deps, cfg: deps.Config.withDefaults(), spec: spec, clock: clock,
-		log:    log.With(slog.String("chat_id", spec.ChatID.String()), slog.String("runner_id", spec.RunnerID.String())),
+		log:    log.With(telemetry.ChatAttr(spec.ChatID), telemetry.RunnerAttr(spec.RunnerID)),
+		stages: stages,
+		turns:  newTurnSpans(stages, spec.ChatID, spec.TakenOver),
 		models: modelconfig.New(deps.Pool),
-		tools:  toolRegistry{},
 		locks:  newKeyedLocks(),
 		wake:   make(chan struct{}, 1),
 	}
@@ -151,6 +162,7 @@ func (r *runner) Run(ctx context.Context) error {
 	defer func() {
 		l.cancelAll()
 		r.wg.Wait()
+		r.turns.exit(r.clock.Now())
 	}()
 
 	if !r.bootstrap(ctx) {
@@ -182,6 +194,7 @@ func (r *runner) bootstrap(ctx context.Context) bool {
 	for failures := 0; ; failures++ {
 		snap, err := r.deps.Machine.Get(ctx, r.spec.ChatID)
 		if err == nil {
+			r.turns.setChatKind(telemetry.ChatKind(snap.Chat.ParentChatID != nil))
 			r.submit(EventFromChat(snap.Chat))
 			return true
 		}

@@ -14,7 +14,7 @@ import (
 
 // spawn starts the goroutine for in and returns its task.
 func (r *runner) spawn(ctx context.Context, id int64, in intent) *task {
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancel(withTaskID(ctx, id))
 	done := make(chan struct{})
 	var body func(context.Context, intent) error
 	switch in.Kind {
@@ -34,6 +34,8 @@ func (r *runner) spawn(ctx context.Context, id int64, in intent) *task {
 		defer r.wg.Done()
 		defer close(done)
 		defer cancel()
+		// Every stage the task started has ended: its turns may be emitted.
+		defer r.turns.release(id)
 		unlock, err := r.locks.lock(ctx, lockKey{historyVersion: in.HistoryVersion, status: in.Status})
 		if err != nil {
 			return

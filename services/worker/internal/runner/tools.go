@@ -3,51 +3,37 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
-	"github.com/chatd/chatd/pkg/llm"
-	"github.com/chatd/chatd/pkg/toolargs"
+	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/telemetry"
+	"github.com/chatd/chatd/services/worker/internal/agenttools"
 )
 
-// tool is a worker-executed (non-dynamic) tool.
-type tool struct {
-	Spec llm.ToolSpec
-	// Run executes one call; isError marks the result as a tool error the
-	// model sees.
-	Run func(ctx context.Context, args json.RawMessage) (result json.RawMessage, isError bool)
+// toolbox collects the chat's worker-executed tools for one generation
+// step from the runner's tool providers (Deps.ToolProviders).
+func (r *runner) toolbox(ctx context.Context, chat queries.Chat) (*agenttools.Toolbox, error) {
+	return agenttools.Collect(ctx, chat, r.deps.ToolProviders)
 }
 
-// toolRegistry holds the worker-executed tools by name. None are built in
-// yet: every non-dynamic call is answered with an "unknown tool" error.
-type toolRegistry map[string]tool
-
-// specs lists the registered tools for a request.
-func (r toolRegistry) specs() []llm.ToolSpec {
-	out := make([]llm.ToolSpec, 0, len(r))
-	for _, t := range r {
-		out = append(out, t.Spec)
+// runTool executes one call. Unknown tools and malformed arguments are
+// answered with an error result and never run, so they are no stage (spec
+// "Stages": tool_call covers calls that run). A call that runs is a
+// tool_call stage, and the tool's own spans nest under it; an error result
+// is no stage error, a panic is.
+func runTool(ctx context.Context, tb *agenttools.Toolbox, toolCallID, name string, args json.RawMessage) (json.RawMessage, bool) {
+	if rejection, ok := tb.Check(name, args); !ok {
+		return rejection, true
 	}
-	return out
+	ctx, stage := stagesFrom(ctx).Start(ctx, telemetry.StageToolCall, toolStageOptions(ctx, name)...)
+	defer func() {
+		if p := recover(); p != nil {
+			stage.End(fmt.Errorf("tool %s panicked: %v", name, p))
+			panic(p)
+		}
+		stage.End(nil)
+	}()
+	return tb.Run(ctx, toolCallID, name, args)
 }
 
-// run executes one call, answering unknown tools and malformed arguments
-// with an error result.
-func (r toolRegistry) run(ctx context.Context, name string, args json.RawMessage) (json.RawMessage, bool) {
-	t, ok := r[name]
-	if !ok {
-		return errorResult("unknown tool: " + name), true
-	}
-	if len(args) == 0 {
-		args = json.RawMessage(`{}`)
-	}
-	// Rejected before it runs: invalid JSON, a repeated key, or a schema
-	// property spelled with other capitalization.
-	if err := toolargs.Check(args, t.Spec.InputSchema); err != nil {
-		return errorResult(err.Error()), true
-	}
-	return t.Run(ctx, args)
-}
-
-func errorResult(msg string) json.RawMessage {
-	b, _ := json.Marshal(map[string]string{"error": msg})
-	return b
-}
+func errorResult(msg string) json.RawMessage { return agenttools.ErrorResult(msg) }
