@@ -5,135 +5,46 @@ package e2e_test
 // ports, over a fresh database and an in-process NATS server.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chatd/chatd/cmd/internal/inproctest"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
-
-	"github.com/chatd/chatd/pkg/auth"
-	"github.com/chatd/chatd/pkg/db/dbtest"
-	"github.com/chatd/chatd/pkg/natstest"
-	"github.com/chatd/chatd/pkg/service"
-	"github.com/chatd/chatd/services/api/apiserver"
-	"github.com/chatd/chatd/services/worker/workerserver"
 )
 
-// agentStack is an api and a worker: base URL, token, database.
+// agentStack is an api and a worker (inproctest) with a token of a fresh
+// user and organization.
 type agentStack struct {
+	*inproctest.Stack
 	t     *testing.T
-	base  string
 	token string
 	pool  *pgxpool.Pool
 }
 
-const agentSecret = "agents-secret-agents-secret-0123456789"
-
 // startAgentStack starts the stack; extra holds further CHATD_* settings.
 func startAgentStack(t *testing.T, extra ...string) *agentStack {
 	t.Helper()
-	dbURL, natsURL := dbtest.NewDatabase(t), natstest.URL(t)
-	listen := func() net.Listener {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		return l
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// Each service parses its settings as its binary does, from these.
-	env := map[string]string{
-		"CHATD_DATABASE_URL": dbURL, "CHATD_NATS_URL": natsURL, "CHATD_AUTH_SECRET": agentSecret,
-		"CHATD_GRPC_ADDR": "127.0.0.1:0", "CHATD_HTTP_ADDR": "127.0.0.1:0",
-		"CHATD_ACQUIRE_INTERVAL": "1s", "CHATD_DRAIN_SECONDS": "1",
-	}
+	env := map[string]string{}
 	for _, kv := range extra {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
-	api, worker := apiserver.Program(), workerserver.Program()
-	for _, p := range []service.Program{api, worker} {
-		vars := service.NewVars(p.Name, p.Summary)
-		p.Config.Declare(vars)
-		require.NoError(t, vars.Parse(nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
-	}
-	httpL := listen()
-	apiCfg := api.Config.(*apiserver.Config)
-	apiCfg.Embedded = service.Embedded{GRPCListener: listen(), HTTPListener: httpL}
-	workerGRPC := listen()
-	workerCfg := worker.Config.(*workerserver.Config)
-	workerCfg.AdvertiseAddr = workerGRPC.Addr().String()
-	workerCfg.Embedded = service.Embedded{GRPCListener: workerGRPC}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- api.Run(ctx, log) }()
-	go func() { done <- worker.Run(ctx, log) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Error("a service did not stop")
-				return
-			}
-		}
-	})
-	s := &agentStack{t: t, base: "http://" + httpL.Addr().String()}
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(s.base + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 10*time.Millisecond, "the api never served")
-	signer, err := auth.NewSigner([]byte(agentSecret))
-	require.NoError(t, err)
-	s.token, err = signer.Sign(auth.Claims{UserID: uuid.New(), OrganizationID: uuid.New()}, time.Hour)
-	require.NoError(t, err)
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	s.pool = pool
-	return s
+	st := inproctest.Start(t, inproctest.Options{Env: env})
+	return &agentStack{Stack: st, t: t, token: st.Token(uuid.New(), uuid.New(), false), pool: st.Pool}
 }
 
 // call sends a JSON request and decodes the JSON answer; it fails the test
 // unless the status is want.
 func (s *agentStack) call(method, path string, body any, want int) map[string]any {
 	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		require.NoError(s.t, err)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, s.base+path, rd)
-	require.NoError(s.t, err)
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(s.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(s.t, err)
-	require.Equal(s.t, want, resp.StatusCode, "%s %s: %s", method, path, raw)
-	out := map[string]any{}
-	if len(raw) > 0 {
-		require.NoError(s.t, json.Unmarshal(raw, &out), string(raw))
-	}
-	return out
+	return s.Call(s.token, method, path, body, want)
 }
 
 func text(s string) map[string]any {

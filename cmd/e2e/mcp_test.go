@@ -7,13 +7,9 @@ package e2e_test
 // The api and a worker are served in process on loopback ports.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -21,113 +17,33 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chatd/chatd/cmd/internal/inproctest"
 	"github.com/google/uuid"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
-
-	"github.com/chatd/chatd/pkg/auth"
-	"github.com/chatd/chatd/pkg/db/dbtest"
-	"github.com/chatd/chatd/pkg/natstest"
-	"github.com/chatd/chatd/pkg/service"
-	"github.com/chatd/chatd/services/api/apiserver"
-	"github.com/chatd/chatd/services/worker/workerserver"
 )
 
-const mcpStackSecret = "mcp-e2e-secret-mcp-e2e-secret-0123456789"
-
-// mcpStack is an api and a worker with an admin token of a fresh
-// organization.
+// mcpStack is an api and a worker (inproctest) with an admin token of a
+// fresh organization.
 type mcpStack struct {
+	*inproctest.Stack
 	t     *testing.T
-	base  string
 	token string
 	org   uuid.UUID
 }
 
 func startMCPStack(t *testing.T) *mcpStack {
 	t.Helper()
-	dbURL, natsURL := dbtest.NewDatabase(t), natstest.URL(t)
-	listen := func() net.Listener {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		return l
-	}
-	env := map[string]string{
-		"CHATD_DATABASE_URL": dbURL, "CHATD_NATS_URL": natsURL, "CHATD_AUTH_SECRET": mcpStackSecret,
-		"CHATD_GRPC_ADDR": "127.0.0.1:0", "CHATD_HTTP_ADDR": "127.0.0.1:0",
-		"CHATD_ACQUIRE_INTERVAL": "1s", "CHATD_DRAIN_SECONDS": "1",
-	}
-	api, worker := apiserver.Program(), workerserver.Program()
-	for _, p := range []service.Program{api, worker} {
-		vars := service.NewVars(p.Name, p.Summary)
-		p.Config.Declare(vars)
-		require.NoError(t, vars.Parse(nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
-	}
-	httpL := listen()
-	api.Config.(*apiserver.Config).Embedded = service.Embedded{GRPCListener: listen(), HTTPListener: httpL}
-	workerGRPC := listen()
-	workerCfg := worker.Config.(*workerserver.Config)
-	workerCfg.AdvertiseAddr = workerGRPC.Addr().String()
-	workerCfg.Embedded = service.Embedded{GRPCListener: workerGRPC}
-
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- api.Run(ctx, log) }()
-	go func() { done <- worker.Run(ctx, log) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Error("a service did not stop")
-				return
-			}
-		}
-	})
-	s := &mcpStack{t: t, base: "http://" + httpL.Addr().String(), org: uuid.New()}
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(s.base + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 10*time.Millisecond, "the api never served")
-	signer, err := auth.NewSigner([]byte(mcpStackSecret))
-	require.NoError(t, err)
-	s.token, err = signer.Sign(auth.Claims{UserID: uuid.New(), OrganizationID: s.org, Admin: true}, time.Hour)
-	require.NoError(t, err)
-	return s
+	st := inproctest.Start(t, inproctest.Options{})
+	org := uuid.New()
+	return &mcpStack{Stack: st, t: t, token: st.Token(uuid.New(), org, true), org: org}
 }
 
 // call sends a JSON request and decodes the JSON answer; it fails the test
 // unless the status is want.
 func (s *mcpStack) call(method, path string, body any, want int) map[string]any {
 	s.t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		require.NoError(s.t, err)
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, s.base+path, rd)
-	require.NoError(s.t, err)
-	req.Header.Set("Authorization", "Bearer "+s.token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(s.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(s.t, err)
-	require.Equal(s.t, want, resp.StatusCode, "%s %s: %s", method, path, raw)
-	out := map[string]any{}
-	if len(raw) > 0 {
-		require.NoError(s.t, json.Unmarshal(raw, &out), string(raw))
-	}
-	return out
+	return s.Call(s.token, method, path, body, want)
 }
 
 // runTool creates a chat whose scripted prompt calls tool with args, waits

@@ -10,11 +10,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,19 +21,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/agenthooks"
-	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
-	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/hooks"
-	"github.com/chatd/chatd/pkg/natstest"
-	"github.com/chatd/chatd/pkg/service"
-	"github.com/chatd/chatd/pkg/service/servicetest"
 	"github.com/chatd/chatd/services/api/apiserver"
 	"github.com/chatd/chatd/services/worker/workerserver"
 )
@@ -66,6 +59,8 @@ type seenEvent struct {
 //	                          user_message "stop: reviewed" (every time)
 //	stop, first prompt "…stop-boom…"     500
 //	session_start resume      model_context "session: resumed", user_message "welcome back"
+//	session_start clear       model_context "clear: fresh start", user_message "clear: context cleared";
+//	                          500 when the chat's first prompt has "clear-boom"
 //	post_tool_use response with "boom-result"  500
 //	post_tool_use of client_tool  model_context "post: checked", user_message "post: result reviewed"
 type consumer struct {
@@ -86,6 +81,12 @@ func newConsumer(t *testing.T) *consumer {
 	h := agenthooks.Hooks{
 		SessionStart: func(_ context.Context, m agenthooks.Meta, d agenthooks.SessionStartData) (agenthooks.Response, error) {
 			record(agenthooks.EventSessionStart, m, d)
+			if d.Source == agenthooks.SourceClear {
+				if strings.Contains(c.firstPrompt(m.ChatID), "clear-boom") {
+					return agenthooks.Response{}, boom
+				}
+				return agenthooks.Response{ModelContext: "clear: fresh start", UserMessage: "clear: context cleared"}, nil
+			}
 			if d.Source == agenthooks.SourceResume {
 				return agenthooks.Response{ModelContext: "session: resumed", UserMessage: "welcome back"}, nil
 			}
@@ -240,49 +241,8 @@ func startHookStack(t *testing.T, hc hooks.Config) *stack {
 // startHookStackSteps is startHookStack with CHATD_MAX_STEPS_PER_TURN.
 func startHookStackSteps(t *testing.T, hc hooks.Config, maxSteps int) *stack {
 	t.Helper()
-	dbURL, natsURL := dbtest.NewDatabase(t), natstest.URL(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	httpAddr := servicetest.FreeAddr(t)
-	apiCfg := &apiserver.Config{
-		Common:   service.Common{DatabaseURL: dbURL, NATSURL: natsURL, GRPCAddr: servicetest.FreeAddr(t), ShutdownTimeout: 5 * time.Second},
-		HTTPAddr: httpAddr, AuthSecret: secret, MaxMessageBytes: 1 << 20, MaxQueuedMessages: 50,
-		RequiresActionTimeout: time.Minute, Hooks: hc,
-	}
-	workerCfg := &workerserver.Config{
-		Common:       service.Common{DatabaseURL: dbURL, NATSURL: natsURL, GRPCAddr: servicetest.FreeAddr(t), ShutdownTimeout: 5 * time.Second},
-		LeaseSeconds: 30, DrainSeconds: 1, AcquireInterval: time.Second, MaxGenerationRetries: 3, MaxStepsPerTurn: maxSteps,
-		Hooks: hc,
-	}
-	done := make(chan error, 2)
-	go func() { done <- apiserver.Run(ctx, apiCfg, log) }()
-	go func() { done <- workerserver.Run(ctx, workerCfg, log) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Error("a service did not stop")
-			}
-		}
-	})
-	pool, err := pgxpool.New(ctx, dbURL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	sign, err := auth.NewSigner([]byte(secret))
-	require.NoError(t, err)
-	s := &stack{t: t, ctx: ctx, api: "http://" + httpAddr, pool: pool, sign: sign}
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(s.api + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "the api never served /healthz")
-	return s
+	return startStackWith(t, map[string]string{"CHATD_MAX_STEPS_PER_TURN": strconv.Itoa(maxSteps)},
+		func(api *apiserver.Config, worker *workerserver.Config) { api.Hooks, worker.Hooks = hc, hc })
 }
 
 // projectChat creates a chat in a new project (so it has the memory tools)
@@ -878,4 +838,40 @@ func TestHooksPostCompactAudiences(t *testing.T) {
 	require.True(t, hasText(u.messages(chat), "compact: note"))
 	require.Eventually(t, func() bool { return replies(chat) == 2 }, 30*time.Second, 20*time.Millisecond,
 		"a user-visible post_compact message continues the turn")
+}
+
+// TestHooksClear: /clear dispatches session_start with source clear before
+// it commits; the consumer's context lands after the clear boundary for its
+// audiences, and a failing consumer leaves the chat uncleared.
+func TestHooksClear(t *testing.T) {
+	t.Parallel()
+	cons := newConsumer(t)
+	s := startHookStack(t, cons.hookConfig(3*time.Second))
+	u := s.client(uuid.New(), false)
+
+	chat := u.newChat("hello")
+	u.waitStatus(chat, "waiting")
+	u.must(http.StatusOK, "POST", "/api/v2/chats/"+chat+"/clear", "")
+	var sources []string
+	for _, e := range cons.events(uuid.MustParse(chat)) {
+		if e.Type == agenthooks.EventSessionStart {
+			var d agenthooks.SessionStartData
+			require.NoError(t, json.Unmarshal(e.Data, &d))
+			sources = append(sources, d.Source)
+		}
+	}
+	require.Equal(t, []string{agenthooks.SourceStartup, agenthooks.SourceClear}, sources)
+	model := s.rowsOf(chat, chatstate.VisibleToModel)
+	require.Equal(t, "clear: fresh start", model[len(model)-1], "the model context follows the clear boundary")
+	require.True(t, hasText(u.messages(chat), "clear: context cleared"), "the user sees the message")
+	require.False(t, hasText(u.messages(chat), "clear: fresh start"), "the user does not see the model context")
+
+	failing := u.newChat("clear-boom hello")
+	u.waitStatus(failing, "waiting")
+	code, body := u.do("POST", "/api/v2/chats/"+failing+"/clear", "")
+	require.Equal(t, http.StatusServiceUnavailable, code, "%v", body)
+	require.Contains(t, body["message"], "session_start")
+	for _, m := range s.active(failing) {
+		require.False(t, m.Compressed, "nothing was cleared")
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,20 +14,17 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/cmd/internal/inproctest"
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/dbtest"
-	"github.com/chatd/chatd/pkg/natstest"
-	"github.com/chatd/chatd/pkg/service"
-	"github.com/chatd/chatd/pkg/service/servicetest"
 	"github.com/chatd/chatd/services/api/apiserver"
 	"github.com/chatd/chatd/services/worker/workerserver"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
-const secret = "featuretest-secret-featuretest-secret-0123"
-
-// stack is the api and one worker in process over a fresh database.
+// stack is the api and one worker in process over a fresh database
+// (inproctest).
 type stack struct {
 	t    *testing.T
 	ctx  context.Context
@@ -37,50 +33,29 @@ type stack struct {
 	sign *auth.Signer
 }
 
+// featureEnv are the settings of every feature test's stack.
+var featureEnv = map[string]string{
+	"CHATD_MAX_MESSAGE_BYTES": "1048576", "CHATD_REQUIRES_ACTION_TIMEOUT": "1m",
+	"CHATD_MAX_GENERATION_RETRIES": "3", "CHATD_MAX_STEPS_PER_TURN": "50",
+}
+
 func startStack(t *testing.T) *stack {
 	t.Helper()
-	dbURL, natsURL := dbtest.NewDatabase(t), natstest.URL(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	httpAddr := servicetest.FreeAddr(t)
-	apiCfg := &apiserver.Config{
-		Common:   service.Common{DatabaseURL: dbURL, NATSURL: natsURL, GRPCAddr: servicetest.FreeAddr(t), ShutdownTimeout: 5 * time.Second},
-		HTTPAddr: httpAddr, AuthSecret: secret, MaxMessageBytes: 1 << 20, MaxQueuedMessages: 50,
-		RequiresActionTimeout: time.Minute,
-	}
-	workerCfg := &workerserver.Config{
-		Common:       service.Common{DatabaseURL: dbURL, NATSURL: natsURL, GRPCAddr: servicetest.FreeAddr(t), ShutdownTimeout: 5 * time.Second},
-		LeaseSeconds: 30, DrainSeconds: 1, AcquireInterval: time.Second, MaxGenerationRetries: 3, MaxStepsPerTurn: 50,
-	}
-	done := make(chan error, 2)
-	go func() { done <- apiserver.Run(ctx, apiCfg, log) }()
-	go func() { done <- workerserver.Run(ctx, workerCfg, log) }()
-	t.Cleanup(func() {
-		cancel()
-		for range 2 {
-			select {
-			case err := <-done:
-				require.NoError(t, err)
-			case <-time.After(30 * time.Second):
-				t.Error("a service did not stop")
-			}
+	return startStackWith(t, nil, nil)
+}
+
+// startStackWith starts a stack with further settings and a hook to adjust
+// the parsed configuration.
+func startStackWith(t *testing.T, env map[string]string, configure func(*apiserver.Config, *workerserver.Config)) *stack {
+	t.Helper()
+	all := map[string]string{}
+	for _, m := range []map[string]string{featureEnv, env} {
+		for k, v := range m {
+			all[k] = v
 		}
-	})
-	pool, err := pgxpool.New(ctx, dbURL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	sign, err := auth.NewSigner([]byte(secret))
-	require.NoError(t, err)
-	s := &stack{t: t, ctx: ctx, api: "http://" + httpAddr, pool: pool, sign: sign}
-	require.Eventually(t, func() bool {
-		resp, err := http.Get(s.api + "/healthz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 20*time.Millisecond, "the api never served /healthz")
-	return s
+	}
+	st := inproctest.Start(t, inproctest.Options{Env: all, Configure: configure})
+	return &stack{t: t, ctx: st.Ctx, api: st.Base, pool: st.Pool, sign: st.Signer}
 }
 
 // client is one user of one organization.

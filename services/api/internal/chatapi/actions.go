@@ -111,6 +111,10 @@ func (s *Server) CompactChat(ctx context.Context, req *chatdv1.CompactChatReques
 // back with "nothing to clear" when nothing model-visible follows the
 // latest boundary.
 func (s *Server) ClearChat(ctx context.Context, req *chatdv1.ClearChatRequest) (*chatdv1.ClearChatResponse, error) {
+	effects, err := s.clearSession(ctx, req.GetChatId())
+	if err != nil {
+		return nil, err
+	}
 	chat, err := s.chatAction(ctx, req.GetChatId(), func(_ auth.Claims, tx *chatstate.Tx) error {
 		if !chatstate.Allowed(tx.State(), chatstate.ClearContext) {
 			_, err := tx.ClearContext(ctx, nil) // the typed rejection
@@ -124,7 +128,8 @@ func (s *Server) ClearChat(ctx context.Context, req *chatdv1.ClearChatRequest) (
 			return statusError(codes.FailedPrecondition, ReasonNothingToClear,
 				"nothing to clear: the chat has no messages since it was last cleared")
 		}
-		_, err = tx.ClearContext(ctx, chatstate.ClearBoundary(fmt.Sprintf("chat_cleared_%d", tx.Chat().SnapshotVersion)))
+		boundary := chatstate.ClearBoundary(fmt.Sprintf("chat_cleared_%d", tx.Chat().SnapshotVersion))
+		_, err = tx.ClearContext(ctx, append(boundary, effects...))
 		return err
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/chatd/chatd/pkg/agenthooks"
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/hooks"
 )
@@ -196,4 +197,38 @@ func (s *Server) admitToChat(ctx context.Context, c auth.Claims, rawID string, c
 // newChatRef identifies a chat being created.
 func newChatRef(id, owner uuid.UUID) agenthooks.ChatRef {
 	return agenthooks.ChatRef{ChatID: id, OwnerID: owner}
+}
+
+// clearSession dispatches session_start with source clear before a /clear
+// commits (outside its transaction: no row lock is held while a consumer
+// answers). A failed dispatch rejects the clear, nothing changes. The
+// consumer's model_context and user_message become a model-only and a
+// user-only row after the clear boundary, so the next prompt's model sees
+// the context and the user the message.
+func (s *Server) clearSession(ctx context.Context, rawID string) ([]chatstate.NewMessage, error) {
+	if !s.hooks.Active() {
+		return nil, nil
+	}
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	chat, err := s.readChat(ctx, c, rawID)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.hooks.Dispatch(ctx, hooks.SessionStart(chatRef(chat), agenthooks.SourceClear, false))
+	if err != nil {
+		return nil, s.hookError(ctx, err)
+	}
+	var out []chatstate.NewMessage
+	if resp.ModelContext != "" {
+		out = append(out, chatstate.NewMessage{Role: chatstate.RoleUser, Visibility: chatstate.VisibleToModel,
+			Content: chatmsg.Content{chatmsg.Text(resp.ModelContext)}})
+	}
+	if resp.UserMessage != "" {
+		out = append(out, chatstate.NewMessage{Role: chatstate.RoleUser, Visibility: chatstate.VisibleToUser,
+			Content: chatmsg.Content{chatmsg.Text(resp.UserMessage)}})
+	}
+	return out, nil
 }
