@@ -15,9 +15,9 @@ import (
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/pkg/telemetry"
+	"github.com/chatd/chatd/services/stream/internal/parthub"
 	"github.com/chatd/chatd/services/stream/internal/relayfwd"
 	"github.com/chatd/chatd/services/stream/internal/streamhttp"
-	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
 // name is the service's short name: its health service is "chatd.v1.stream".
@@ -98,8 +98,11 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	go poller.Run(ctx)
 	relay := relayfwd.NewClient(cfg.RelayAddr, cfg.Embedded.DialOptions...)
 	defer relay.Close() //nolint:errcheck // shutting down
+	// One relay upstream per (chat, worker) on this replica, shared by every
+	// stream loop of the chat (parthub).
+	hub := parthub.New(func(chatID uuid.UUID) parthub.Upstream { return relay.New(chatID) }, parthub.Options{})
 	srv := &streamhttp.Server{Pool: pool, NATS: nc, Verifier: verifier, Log: log, Poller: poller, Done: ctx.Done(),
-		Parts: func(chatID uuid.UUID) streamloop.Parts { return relay.New(chatID) }}
+		Parts: hub.Parts}
 	return service.Run(ctx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,

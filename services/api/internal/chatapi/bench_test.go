@@ -3,7 +3,9 @@ package chatapi_test
 import (
 	"context"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,7 +21,7 @@ import (
 // its own chat. Between sends a worker finishes the turn (untimed). Reports
 // the p50 and p99 latency.
 func BenchmarkSendToNotification(b *testing.B) {
-	const clients = 16
+	clients := envClients()
 	a := startAPI(b)
 	ids := make([]uuid.UUID, clients)
 	for i := range ids {
@@ -70,4 +72,12 @@ func BenchmarkSendToNotification(b *testing.B) {
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+}
+
+// envClients is CHATD_BENCH_CLIENTS, default 16.
+func envClients() int {
+	if n, err := strconv.Atoi(os.Getenv("CHATD_BENCH_CLIENTS")); err == nil && n > 0 {
+		return n
+	}
+	return 16
 }

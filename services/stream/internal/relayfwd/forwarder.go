@@ -1,7 +1,9 @@
-// Package relayfwd is the stream loop's relay forwarder (spec "Relay
-// mechanism"): one RelayService.StreamParts call per stream loop, steered by
-// control messages taken from Sync, whose parts it hands to the loop's Part
-// operation through a channel the loop's goroutine reads.
+// Package relayfwd is the relay forwarder (spec "Relay mechanism"): one
+// RelayService.StreamParts call steered by control messages, whose parts it
+// delivers on a channel. The stream service runs one per chat and worker on
+// the replica, shared by every stream loop of the chat through the part hub
+// (parthub), which configures it from the loops' Syncs; a forwarder can
+// also serve a single stream loop directly (streamhttp.PartFeed).
 package relayfwd
 
 import (

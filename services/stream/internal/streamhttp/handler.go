@@ -50,9 +50,10 @@ type Server struct {
 	// Default DefaultPoll.
 	Poll time.Duration
 	// Parts returns the live-part source of a new connection to chatID; nil
-	// means streamloop.NoParts. A source that also implements PartFeed (the
-	// relay forwarder) has its parts applied with the loop's Part operation
-	// and is closed when the connection ends.
+	// means streamloop.NoParts. A source that also implements PartBatches
+	// (the replica's part hub) or PartFeed (a relay forwarder of its own)
+	// has its parts applied with the loop's Part operation and is closed
+	// when the connection ends.
 	Parts func(chatID uuid.UUID) streamloop.Parts
 	// Done, when set, ends every stream when closed (service shutdown).
 	Done <-chan struct{}
@@ -183,12 +184,33 @@ type PartFeed interface {
 	Close()
 }
 
+// PartBatches is a Parts source shared with the replica's other loops (the
+// part hub, parthub.Sub): the loop is woken once for however many parts
+// arrived and takes them as one batch.
+type PartBatches interface {
+	streamloop.Parts
+	// Ready returns the channel that is ready when parts may be waiting;
+	// it changes after every Take and Configure.
+	Ready() <-chan struct{}
+	// Take appends up to max waiting parts to dst. An error is an invariant
+	// violation: the stream ends.
+	Take(dst []streamloop.LivePart, max int) ([]streamloop.LivePart, error)
+	// Close ends the subscription.
+	Close()
+}
+
 // conn is one connection's loop and its inputs.
 type conn struct {
-	s        *Server
-	chatID   uuid.UUID
-	loop     *streamloop.Loop
-	feed     PartFeed // nil without live parts
+	s       *Server
+	chatID  uuid.UUID
+	loop    *streamloop.Loop
+	feed    PartFeed              // nil without live parts or with batches
+	batches PartBatches           // nil without live parts or with feed
+	taken   []streamloop.LivePart // reused by takeParts
+	partEvs []streamloop.Event    // reused by takeParts
+	// frames[i] is the shared encoding cache of the event i being sent
+	// (takeParts sets it; other events have none).
+	frames   []*streamloop.Frames
 	hints    chan streamloop.Hints
 	overflow atomic.Bool
 }
@@ -200,7 +222,11 @@ func newConn(s *Server, chatID uuid.UUID, resume *streamloop.Cursor) *conn {
 	}
 	c := &conn{s: s, chatID: chatID, loop: streamloop.New(s.Pool, chatID, parts, resume),
 		hints: make(chan streamloop.Hints, 64)}
-	c.feed, _ = parts.(PartFeed)
+	if b, ok := parts.(PartBatches); ok {
+		c.batches = b
+	} else {
+		c.feed, _ = parts.(PartFeed)
+	}
 	return c
 }
 
@@ -243,6 +269,9 @@ func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, bea
 		defer c.feed.Close()
 		partC = c.feed.C()
 	}
+	if c.batches != nil {
+		defer c.batches.Close()
+	}
 	// Without a replica-wide poller, a per-connection ticker is the safety
 	// net; with one, its hints arrive on polled.
 	var pollC <-chan time.Time
@@ -274,6 +303,11 @@ func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, bea
 	for {
 		var evs []streamloop.Event
 		var err error
+		c.frames = c.frames[:0]
+		var readyC <-chan struct{}
+		if c.batches != nil {
+			readyC = c.batches.Ready()
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -292,6 +326,8 @@ func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, bea
 			}
 		case p := <-partC:
 			evs, err = c.partBatch(p, partC)
+		case <-readyC:
+			evs, err = c.takeParts()
 		case h := <-polled:
 			evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Sync(ctx, h) })
 		case <-pollC:
@@ -366,7 +402,13 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn) {
 			return nil
 		}
 		buf = buf[:0]
-		for _, e := range evs {
+		for i, e := range evs {
+			fr := c.frameOf(i)
+			if b, ok := fr.Get(e.Cursor, false); ok {
+				buf = append(buf, b...)
+				continue
+			}
+			start := len(buf)
 			cursor = e.Cursor.AppendEncoded(cursor[:0])
 			buf = append(append(append(buf, "id: "...), cursor...), "\ndata: "...)
 			var err error
@@ -374,6 +416,7 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn) {
 				return err
 			}
 			buf = append(buf, "\n\n"...)
+			fr.Put(e.Cursor, false, buf[start:])
 		}
 		if _, err := w.Write(buf); err != nil {
 			return err
@@ -398,14 +441,20 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 	ctx = ws.CloseRead(ctx)
 	var buf, cursor []byte
 	send := func(evs []streamloop.Event) error {
-		for _, e := range evs {
-			cursor = e.Cursor.AppendEncoded(cursor[:0])
-			var err error
-			if buf, err = e.AppendJSON(buf[:0], cursor); err != nil {
-				return err
+		for i, e := range evs {
+			fr := c.frameOf(i)
+			if b, ok := fr.Get(e.Cursor, true); ok {
+				buf = append(buf[:0], b...) // the shared bytes are never handed out
+			} else {
+				cursor = e.Cursor.AppendEncoded(cursor[:0])
+				var err error
+				if buf, err = e.AppendJSON(buf[:0], cursor); err != nil {
+					return err
+				}
+				fr.Put(e.Cursor, true, buf)
 			}
 			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err = ws.Write(wctx, websocket.MessageText, buf)
+			err := ws.Write(wctx, websocket.MessageText, buf)
 			cancel()
 			if err != nil {
 				return err
@@ -441,4 +490,35 @@ func (c *conn) partBatch(p streamloop.LivePart, partC <-chan streamloop.LivePart
 		}
 	}
 	return evs, err
+}
+
+// takeParts applies the parts waiting in the shared source (up to
+// maxPartBatch; the source wakes the loop again for the rest).
+func (c *conn) takeParts() ([]streamloop.Event, error) {
+	// The slices are reused: the events are sent before the next input.
+	var err error
+	c.taken, err = c.batches.Take(c.taken[:0], maxPartBatch)
+	if err != nil {
+		return nil, err
+	}
+	evs := c.partEvs[:0]
+	for _, p := range c.taken {
+		n := len(evs)
+		if evs, err = c.loop.AppendPart(evs, p); err != nil {
+			return nil, err
+		}
+		for range evs[n:] {
+			c.frames = append(c.frames, p.Frames)
+		}
+	}
+	c.partEvs = evs
+	return evs, nil
+}
+
+// frameOf is the shared encoding cache of the event i being sent, or nil.
+func (c *conn) frameOf(i int) *streamloop.Frames {
+	if i < len(c.frames) {
+		return c.frames[i]
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,19 +26,21 @@ import (
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/natstest"
+	"github.com/chatd/chatd/services/stream/internal/parthub"
 	"github.com/chatd/chatd/services/stream/internal/streamhttp"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
 // The watcher benchmarks run the stream endpoint in process against the real
 // database and a real NATS server: each watcher is one ServeHTTP call (SSE)
-// with its own stream loop, NATS subscription and poller registration, as in
+// with its own stream loop, NATS subscription and poller registration, and
+// its live parts come from the replica's part hub (parthub), as in
 // production. Two things differ from a stream replica:
 //
-//   - the live parts come from hub, a fan-out feeder implementing the
-//     endpoint's PartFeed (streamloop.Parts plus C and Close), not from one
-//     relay forwarder (a RelayService call) per watcher; so the relay's and
-//     the worker's share of the work is not measured here;
+//   - the hub's upstream for the chat is feeder, which the benchmark
+//     publishes into, not a relay forwarder (a RelayService call): as in
+//     production there is one per chat, shared by every watcher, but the
+//     relay's and the worker's share of the work is not measured here;
 //   - the response writer is sink, which counts the SSE bytes and the
 //     message_part events the handler writes instead of sending them over
 //     a socket; so the cost of TCP and of a client parsing SSE is not
@@ -45,65 +49,77 @@ import (
 // Each part's text is the time it was published ("@<unix nanos>@"), so a
 // sink computes each part's latency from publish to the handler's write.
 
-// hub feeds the same parts to every watcher's loop.
-type hub struct {
+// feeder is the chat's upstream in the hub (the relay forwarder's place):
+// the hub opens one per chat, whatever the number of watchers.
+type feeder struct {
+	ch chan streamloop.LivePart
+}
+
+func (f *feeder) Configure(context.Context, streamloop.Episode) {}
+func (f *feeder) C() <-chan streamloop.LivePart                 { return f.ch }
+func (f *feeder) Close()                                        {}
+
+// relay opens the hub's upstreams and counts the watchers that selected
+// the episode.
+type relay struct {
+	hub     *parthub.Hub
 	mu      sync.Mutex
-	feeds   map[*feed]struct{}
-	ready   atomic.Int64 // feeds configured with an episode
+	feeders []*feeder
+	ready   atomic.Int64 // watchers configured with an episode
 	readyCh chan struct{}
 	want    int64
 }
 
-func newHub(want int) *hub {
-	return &hub{feeds: map[*feed]struct{}{}, readyCh: make(chan struct{}), want: int64(want)}
+func newRelay(want int) *relay {
+	r := &relay{readyCh: make(chan struct{}), want: int64(want)}
+	// No cap: BenchmarkOneWatcherParts makes one long episode.
+	r.hub = parthub.New(r.open, parthub.Options{MaxEpisodeBytes: math.MaxInt})
+	return r
 }
 
-func (h *hub) newFeed(uuid.UUID) streamloop.Parts {
-	f := &feed{h: h, ch: make(chan streamloop.LivePart, 64)}
-	h.mu.Lock()
-	h.feeds[f] = struct{}{}
-	h.mu.Unlock()
+func (r *relay) open(uuid.UUID) parthub.Upstream {
+	f := &feeder{ch: make(chan streamloop.LivePart, 64)}
+	r.mu.Lock()
+	r.feeders = append(r.feeders, f)
+	r.mu.Unlock()
 	return f
 }
 
-// publish hands p to every feed, waiting for the full ones (so a publisher
-// faster than the watchers is slowed down to their pace).
-func (h *hub) publish(p streamloop.LivePart) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for f := range h.feeds {
-		f.ch <- p
+// upstream is the chat's one feeder.
+func (r *relay) upstream(b *testing.B) *feeder {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.feeders) != 1 || r.hub.Upstreams() != 1 {
+		b.Fatalf("%d upstreams opened, %d open: want one for the chat", len(r.feeders), r.hub.Upstreams())
 	}
+	return r.feeders[0]
 }
 
-// feed is one watcher's part source.
-type feed struct {
-	h    *hub
-	ch   chan streamloop.LivePart
+func (r *relay) newWatcher(chatID uuid.UUID) streamloop.Parts {
+	return &watcher{Sub: r.hub.Subscribe(chatID), r: r}
+}
+
+// watcher is a watcher's hub subscription, marked ready once its loop
+// selects an episode.
+type watcher struct {
+	*parthub.Sub
+	r    *relay
 	once sync.Once
 }
 
-// Configure marks the feed ready once the loop selects an episode.
-func (f *feed) Configure(_ context.Context, ep streamloop.Episode) {
+func (w *watcher) Configure(ctx context.Context, ep streamloop.Episode) {
+	w.Sub.Configure(ctx, ep)
 	if ep.WorkerID == nil || ep.GenerationAttempt == 0 {
 		return
 	}
-	f.once.Do(func() {
-		if f.h.ready.Add(1) == f.h.want {
-			close(f.h.readyCh)
+	w.once.Do(func() {
+		if w.r.ready.Add(1) == w.r.want {
+			close(w.r.readyCh)
 		}
 	})
 }
 
-func (f *feed) C() <-chan streamloop.LivePart { return f.ch }
-
-func (f *feed) Close() {
-	f.h.mu.Lock()
-	delete(f.h.feeds, f)
-	f.h.mu.Unlock()
-}
-
-var _ streamhttp.PartFeed = (*feed)(nil)
+var _ streamhttp.PartBatches = (*watcher)(nil)
 
 // sink is a watcher's http.ResponseWriter (and Flusher).
 type sink struct {
@@ -162,7 +178,7 @@ type watchEnv struct {
 	ep      streamloop.Episode
 	handler http.Handler
 	token   string
-	hub     *hub
+	relay   *relay
 	pool    *pgxpool.Pool
 }
 
@@ -205,13 +221,13 @@ func newWatchEnv(b *testing.B, watchers int) *watchEnv {
 	b.Cleanup(cancel)
 	poller := &streamhttp.Poller{Pool: pool}
 	go poller.Run(pctx)
-	h := newHub(watchers)
-	s := &streamhttp.Server{Pool: pool, NATS: snc, Verifier: v, Poller: poller, Parts: h.newFeed,
+	r := newRelay(watchers)
+	s := &streamhttp.Server{Pool: pool, NATS: snc, Verifier: v, Poller: poller, Parts: r.newWatcher,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
 	mux := http.NewServeMux()
 	s.Register(mux)
 	return &watchEnv{chatID: chatID, ep: streamloop.Episode{WorkerID: &worker, HistoryVersion: hv, GenerationAttempt: ga},
-		handler: mux, token: token, hub: h, pool: pool}
+		handler: mux, token: token, relay: r, pool: pool}
 }
 
 func must(b *testing.B, err error) {
@@ -241,16 +257,17 @@ func (e *watchEnv) watch(b *testing.B, ctx context.Context, n int) ([]*sink, *sy
 		}()
 	}
 	select {
-	case <-e.hub.readyCh:
+	case <-e.relay.readyCh:
 	case <-time.After(10 * time.Minute):
-		b.Fatalf("only %d of %d watchers selected the episode", e.hub.ready.Load(), n)
+		b.Fatalf("only %d of %d watchers selected the episode", e.relay.ready.Load(), n)
 	}
 	return sinks, &wg
 }
 
 // publish sends count parts with seq from+1 on, at rate parts per second
-// (0: as fast as the watchers take them).
-func (e *watchEnv) publish(from, count int64, rate float64) {
+// (0: as fast as the hub takes them), into the chat's one upstream.
+func (e *watchEnv) publish(b *testing.B, from, count int64, rate float64) {
+	up := e.relay.upstream(b)
 	var tick *time.Ticker
 	if rate > 0 {
 		tick = time.NewTicker(time.Duration(float64(time.Second) / rate))
@@ -261,8 +278,8 @@ func (e *watchEnv) publish(from, count int64, rate float64) {
 			<-tick.C
 		}
 		data := fmt.Sprintf(`{"type":"text","text":"@%d@"}`, time.Now().UnixNano())
-		e.hub.publish(streamloop.LivePart{HistoryVersion: e.ep.HistoryVersion, GenerationAttempt: e.ep.GenerationAttempt,
-			Seq: seq, Role: "assistant", Data: data})
+		up.ch <- streamloop.LivePart{HistoryVersion: e.ep.HistoryVersion, GenerationAttempt: e.ep.GenerationAttempt,
+			Seq: seq, Role: "assistant", Data: data}
 	}
 }
 
@@ -271,6 +288,15 @@ func envInt(name string, def int) int {
 		return v
 	}
 	return def
+}
+
+// cpuTime is the CPU time (user and system) the process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func heapInUse() uint64 {
@@ -290,11 +316,19 @@ func heapInUse() uint64 {
 //     CHATD_BENCH_PART_RATE parts/s (default 20, a model streaming 20
 //     tokens/s), every part's latency from publish to the handler's write at
 //     every watcher (p50_ms, p99_ms, max_ms over parts × watchers), and
-//     the publishing rate achieved (published_parts/s: below the requested
-//     rate when the watchers could not keep up, since the feeds push back);
-//  3. saturation: the same number of parts published as fast as the
-//     watchers take them; parts/s delivered to each client
-//     (fanout_parts/s/client) and in total (fanout_parts/s).
+//     the publishing rate achieved (published_parts/s: the hub never waits
+//     for a watcher, so this is below the requested rate only when the
+//     publisher itself was starved of CPU; the latencies show whether the
+//     watchers kept the pace), and the process's CPU time per part
+//     delivered to a watcher in this phase (cpu_ns/delivery: unlike the
+//     latencies, it does not depend on what else the machine runs);
+//  3. saturation: the same number of parts published as fast as the hub
+//     takes them; parts/s delivered to each client
+//     (fanout_parts/s/client) and in total (fanout_parts/s), from the first
+//     part published to the last part written at every watcher.
+//
+// upstreams is the number of upstreams the hub opened for the chat: one,
+// whatever the number of watchers.
 //
 // Run it alone, once: go test -run '^$' -bench Watchers -benchtime 1x .
 func BenchmarkWatchers(b *testing.B) {
@@ -316,15 +350,16 @@ func BenchmarkWatchers(b *testing.B) {
 			s.lat = make([]time.Duration, 0, parts)
 			s.stopAt.Store(parts)
 		}
+		cpu0 := cpuTime()
 		pubStart := time.Now()
-		e.publish(0, parts, rate)
-		// A publisher that the watchers cannot keep up with is slowed down
-		// (full feeds block it, and its ticker drops ticks): the rate it
-		// achieved says whether the watchers kept the requested pace.
+		e.publish(b, 0, parts, rate)
+		// The hub does not wait for the watchers, so only a starved
+		// publisher (its ticker drops ticks) falls below the rate.
 		achieved := float64(parts) / time.Since(pubStart).Seconds()
 		for _, s := range sinks {
 			<-s.last
 		}
+		cpu := cpuTime() - cpu0
 		var lat []time.Duration
 		for _, s := range sinks {
 			s.record.Store(false)
@@ -341,7 +376,7 @@ func BenchmarkWatchers(b *testing.B) {
 			s.stopAt.Store(2 * parts)
 		}
 		start = time.Now()
-		e.publish(parts, parts, 0)
+		e.publish(b, parts, parts, 0)
 		for _, s := range sinks {
 			<-s.last
 		}
@@ -356,10 +391,12 @@ func BenchmarkWatchers(b *testing.B) {
 
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		b.ReportMetric(float64(n), "watchers")
+		b.ReportMetric(float64(len(e.relay.feeders)), "upstreams")
 		b.ReportMetric(connect.Seconds(), "connect_s")
 		b.ReportMetric(float64(int64(heap1)-int64(heap0))/float64(n), "heap_B/watcher")
 		b.ReportMetric(float64(g1-g0)/float64(n), "goroutines/watcher")
 		b.ReportMetric(achieved, "published_parts/s")
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(parts*int64(n)), "cpu_ns/delivery")
 		b.ReportMetric(ms(lat[len(lat)/2]), "p50_ms")
 		b.ReportMetric(ms(lat[len(lat)*99/100]), "p99_ms")
 		b.ReportMetric(ms(lat[len(lat)-1]), "max_ms")
@@ -378,7 +415,7 @@ func BenchmarkOneWatcherParts(b *testing.B) {
 	s := sinks[0]
 	s.stopAt.Store(int64(b.N))
 	b.ResetTimer()
-	e.publish(0, int64(b.N), 0)
+	e.publish(b, 0, int64(b.N), 0)
 	<-s.last
 	b.StopTimer()
 	if got := s.parts.Load(); got != int64(b.N) {

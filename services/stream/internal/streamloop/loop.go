@@ -118,6 +118,13 @@ type LivePart struct {
 	Role              string
 	// Data is the part as the worker buffered it (JSON text).
 	Data string
+	// JSON, when set, is Data as the part to emit, already checked (the
+	// replica's part hub checks each part once for every loop): valid JSON,
+	// or Data as a JSON string. Part uses it as is and never modifies it.
+	JSON json.RawMessage
+	// Frames, when set, is shared by every loop that applies this part: the
+	// connections cache the part's encoded event there. The loop ignores it.
+	Frames *Frames
 }
 
 // ErrPartGap is the invariant violation of a part of the current episode
@@ -450,23 +457,30 @@ func (l *Loop) configure(ctx context.Context, c queries.Chat) {
 // another episode or a retired attempt, and parts already delivered, are
 // dropped (no events, no error). A gap in the current episode is
 // ErrPartGap.
-func (l *Loop) Part(p LivePart) ([]Event, error) {
+func (l *Loop) Part(p LivePart) ([]Event, error) { return l.AppendPart(nil, p) }
+
+// AppendPart is Part appending its events to dst, so that a connection
+// applying a batch of parts reuses one slice.
+func (l *Loop) AppendPart(dst []Event, p LivePart) ([]Event, error) {
 	st := &l.st
 	if p.HistoryVersion != st.HistoryVersion || p.GenerationAttempt != st.GenerationAttempt ||
 		st.AttemptRetired || st.pending != nil || p.Seq <= st.PartSeq {
-		return nil, nil
+		return dst, nil
 	}
 	if p.Seq != st.PartSeq+1 {
-		return nil, fmt.Errorf("%w: chat %s episode %d/%d: got seq %d after %d", ErrPartGap,
+		return dst, fmt.Errorf("%w: chat %s episode %d/%d: got seq %d after %d", ErrPartGap,
 			l.chatID, p.HistoryVersion, p.GenerationAttempt, p.Seq, st.PartSeq)
 	}
-	part := json.RawMessage(p.Data)
-	if !json.Valid(part) {
-		b, _ := json.Marshal(p.Data) // keep the stream going: deliver it as a string
-		part = b
+	part := p.JSON
+	if part == nil {
+		part = json.RawMessage(p.Data)
+		if !json.Valid(part) {
+			b, _ := json.Marshal(p.Data) // keep the stream going: deliver it as a string
+			part = b
+		}
 	}
 	st.PartSeq = p.Seq
-	em := emitter{chatID: l.chatID, st: st, startHistory: st.HistoryVersion}
+	em := emitter{chatID: l.chatID, st: st, startHistory: st.HistoryVersion, events: dst}
 	em.emit(TypeMessagePart, MessagePart{Role: p.Role, Part: part, HistoryVersion: p.HistoryVersion,
 		GenerationAttempt: p.GenerationAttempt, Seq: p.Seq})
 	return em.events, nil

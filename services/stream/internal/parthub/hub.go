@@ -1,0 +1,395 @@
+// Package parthub is the stream replica's shared live-part source (spec
+// "Relay mechanism", issue 5): every stream loop of a chat on this replica
+// shares one upstream (one relay forwarder, so one RelayService stream)
+// per (chat, worker), instead of opening its own.
+//
+// # Design
+//
+// Upstreams. The hub keeps at most one upstream per (chat, worker),
+// reference-counted by the subscribers (stream loops) that selected it, and
+// closed when the last one leaves or moves on. An upstream follows the
+// newest episode, ordered by (history_version, generation_attempt), that any
+// of its subscribers selected: a subscriber selecting a newer episode
+// switches the shared forwarder with one Configure (a control message on
+// the same RelayService stream, never a reconnect); selecting the current
+// episode just reads the log; selecting an older one gets nothing until its
+// loop selects a current one (episodes only move forward, so such a loop's
+// state is stale and its next Sync fixes it). A worker change moves the
+// subscriber to the other (chat, worker) upstream. The forwarder is asked
+// for the episode from seq 1 (after_seq 0), whatever the subscribers'
+// cursors, so every subscriber can be served from the log.
+//
+// Log. The upstream keeps the followed episode's parts in memory (log[i]
+// has seq i+1), capped at Options.MaxEpisodeBytes of part data: a copy of
+// what the relay keeps for that episode, so bounded the same way. Each part
+// is checked and converted once here (json.Valid; invalid JSON becomes a
+// JSON string, the Part operation's rule) into LivePart.JSON, which every
+// stream loop emits as is, with no check or copy of its own; and each part
+// carries a streamloop.Frames, where the first connection to write it
+// leaves its encoded event for the others in the same state. An episode past the cap receives no more parts (as when the relay
+// gives up on it); the loops keep streaming everything else.
+//
+// Delivery. Each subscriber has its own cursor (its loop's part watermark,
+// reset by every Configure) and reads the shared log at its own pace: the
+// upstream's goroutine only appends and wakes, never waits for a
+// subscriber, so a slow client cannot stall the upstream or the other
+// subscribers, and its backlog is the shared log, never a copy. The
+// subscribers read an immutable view of the log (no lock shared by
+// thousands of loops woken at once), and waking them is one close of the
+// view's channel per change however many subscribers there are; a loop
+// wakes once for however many parts arrived and takes them as one batch.
+//
+// Failures. The forwarder reconnects by itself and delivers each episode's
+// parts contiguously. A part that is not the log's next seq is the
+// invariant violation of a sequence gap: the upstream fails, every
+// subscriber's Take returns the error (its stream ends, as a gap seen by
+// the loop itself would end it, and the client reconnects with its cursor),
+// and the hub forgets the upstream so that a reconnecting loop gets a
+// fresh one.
+package parthub
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
+)
+
+// Upstream is a source of one chat's parts steered by episode selections:
+// the relay forwarder (relayfwd.Forwarder).
+type Upstream interface {
+	// Configure selects the worker and episode; AfterSeq 0 asks for the
+	// episode from its first part.
+	Configure(ctx context.Context, ep streamloop.Episode)
+	// C delivers the parts of the selected episode, contiguously.
+	C() <-chan streamloop.LivePart
+	// Close stops the upstream.
+	Close()
+}
+
+// DefaultMaxEpisodeBytes caps an upstream's log; twice the relay's own cap,
+// so that the relay's limit is the one that applies.
+const DefaultMaxEpisodeBytes = 8 << 20
+
+// Options tune a Hub.
+type Options struct {
+	// MaxEpisodeBytes caps the part data an upstream keeps for its episode
+	// (default DefaultMaxEpisodeBytes).
+	MaxEpisodeBytes int
+}
+
+// Hub is the replica's set of shared upstreams.
+type Hub struct {
+	open     func(chatID uuid.UUID) Upstream
+	maxBytes int
+
+	mu  sync.Mutex
+	ups map[key]*upstream
+}
+
+// New returns a hub that opens an upstream of a chat with open.
+func New(open func(chatID uuid.UUID) Upstream, opts Options) *Hub {
+	if opts.MaxEpisodeBytes <= 0 {
+		opts.MaxEpisodeBytes = DefaultMaxEpisodeBytes
+	}
+	return &Hub{open: open, maxBytes: opts.MaxEpisodeBytes, ups: map[key]*upstream{}}
+}
+
+// Upstreams is the number of open upstreams.
+func (h *Hub) Upstreams() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.ups)
+}
+
+// Parts returns a new stream loop's part source for chatID: the stream
+// server's Parts factory.
+func (h *Hub) Parts(chatID uuid.UUID) streamloop.Parts { return h.Subscribe(chatID) }
+
+// Subscribe returns a subscriber of chatID's parts. It reads nothing until
+// its first Configure with a worker.
+func (h *Hub) Subscribe(chatID uuid.UUID) *Sub {
+	return &Sub{h: h, chat: chatID}
+}
+
+type key struct {
+	chat, worker uuid.UUID
+}
+
+type episode struct {
+	hv, ga int64
+}
+
+func (e episode) newer(o episode) bool {
+	return e.hv > o.hv || (e.hv == o.hv && e.ga > o.ga)
+}
+
+// upstream is one shared Upstream and its log.
+type upstream struct {
+	h    *Hub
+	key  key
+	src  Upstream
+	refs int // guarded by Hub.mu
+	stop chan struct{}
+	done chan struct{}
+
+	mu       sync.Mutex
+	maxBytes int
+	selected bool
+	ep       episode
+	log      []streamloop.LivePart // log[i].Seq == i+1; replaced, never truncated in place
+	bytes    int
+	full     bool
+	failed   error
+
+	// view is what the subscribers read, replaced (under mu) on every
+	// change: thousands of loops woken by one part read it without
+	// contending for mu.
+	view atomic.Pointer[view]
+}
+
+// view is an immutable snapshot of an upstream's state.
+type view struct {
+	selected bool
+	ep       episode
+	log      []streamloop.LivePart
+	failed   error
+	changed  chan struct{} // closed when the view is replaced
+}
+
+// publish replaces the view and wakes its readers; u.mu must be held.
+func (u *upstream) publish() {
+	old := u.view.Swap(&view{selected: u.selected, ep: u.ep, log: u.log, failed: u.failed, changed: make(chan struct{})})
+	if old != nil {
+		close(old.changed)
+	}
+}
+
+// acquire returns the upstream of k with a reference taken, opening it if
+// needed.
+func (h *Hub) acquire(k key) *upstream {
+	h.mu.Lock()
+	u := h.ups[k]
+	if u == nil {
+		u = &upstream{h: h, key: k, src: h.open(k.chat), stop: make(chan struct{}), done: make(chan struct{}),
+			maxBytes: h.maxBytes}
+		u.publish()
+		h.ups[k] = u
+		go u.pump()
+	}
+	u.refs++
+	h.mu.Unlock()
+	return u
+}
+
+// release drops a reference; the last one closes the upstream.
+func (h *Hub) release(u *upstream) {
+	h.mu.Lock()
+	u.refs--
+	last := u.refs == 0
+	if last && h.ups[u.key] == u {
+		delete(h.ups, u.key)
+	}
+	h.mu.Unlock()
+	if last {
+		close(u.stop)
+		u.src.Close()
+		<-u.done
+	}
+}
+
+// forget makes the next subscriber of u's key open a new upstream.
+func (h *Hub) forget(u *upstream) {
+	h.mu.Lock()
+	if h.ups[u.key] == u {
+		delete(h.ups, u.key)
+	}
+	h.mu.Unlock()
+}
+
+// maxPumpBatch bounds how many parts waiting upstream one view publishes.
+const maxPumpBatch = 256
+
+// pump appends the upstream's parts to the log until the upstream closes.
+// The parts already waiting are appended together and published as one
+// view: one wake-up of the subscribers for the batch.
+func (u *upstream) pump() {
+	defer close(u.done)
+	c := u.src.C()
+	for {
+		select {
+		case <-u.stop:
+			return
+		case p := <-c:
+			u.mu.Lock()
+			changed := u.apply(p)
+		batch:
+			for n := 1; n < maxPumpBatch; n++ {
+				select {
+				case p = <-c:
+					changed = u.apply(p) || changed
+				default:
+					break batch
+				}
+			}
+			if changed {
+				u.publish()
+			}
+			u.mu.Unlock()
+		}
+	}
+}
+
+// apply appends p to the log if it is the followed episode's next part,
+// and reports whether the state changed; u.mu must be held.
+func (u *upstream) apply(p streamloop.LivePart) bool {
+	if u.failed != nil || !u.selected || (episode{p.HistoryVersion, p.GenerationAttempt}) != u.ep {
+		return false // in flight from an earlier selection
+	}
+	next := int64(len(u.log)) + 1
+	switch {
+	case p.Seq < next || u.full:
+		return false // already logged, or past the cap
+	case p.Seq > next:
+		u.failed = fmt.Errorf("%w: chat %s worker %s episode %d/%d: upstream sent seq %d after %d",
+			streamloop.ErrPartGap, u.key.chat, u.key.worker, u.ep.hv, u.ep.ga, p.Seq, next-1)
+		u.h.forget(u) // u.mu, then Hub.mu: never taken the other way round
+		return true
+	case u.bytes+len(p.Data) > u.maxBytes:
+		u.full = true
+		return false
+	default:
+		if p.JSON == nil {
+			p.JSON = json.RawMessage(p.Data)
+			if !json.Valid(p.JSON) {
+				p.JSON, _ = json.Marshal(p.Data) // the Part operation's rule, applied once
+			}
+		}
+		if p.Frames == nil {
+			p.Frames = new(streamloop.Frames)
+		}
+		u.log = append(u.log, p)
+		u.bytes += len(p.Data)
+		return true
+	}
+}
+
+// selectEpisode makes u follow ep if it is newer than the one it follows
+// (or it follows none yet).
+func (u *upstream) selectEpisode(ctx context.Context, ep episode) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.failed != nil || u.selected && !ep.newer(u.ep) {
+		return
+	}
+	u.selected, u.ep = true, ep
+	u.log, u.bytes, u.full = nil, 0, false
+	u.publish()
+	// Under u.mu so that the upstream sees selections in the order the log
+	// is reset; Configure never blocks.
+	w := u.key.worker
+	u.src.Configure(ctx, streamloop.Episode{WorkerID: &w, HistoryVersion: ep.hv, GenerationAttempt: ep.ga})
+}
+
+// readyNow is a channel that is always ready.
+var readyNow = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// Sub is one stream loop's subscription. Its methods are called on the
+// loop's goroutine.
+type Sub struct {
+	h      *Hub
+	chat   uuid.UUID
+	up     *upstream
+	ep     episode
+	cursor int64 // last seq taken (or the loop's watermark)
+	seen   *view // the view the last Take read
+	again  bool  // Take has more to give (or Configure changed the selection)
+	closed bool
+}
+
+// Ready returns the channel that is ready when parts may be waiting for
+// Take. It changes: call it again after every Take or Configure.
+func (s *Sub) Ready() <-chan struct{} {
+	switch {
+	case s.again:
+		return readyNow
+	case s.up == nil:
+		return nil
+	case s.seen == nil:
+		return readyNow
+	}
+	return s.seen.changed
+}
+
+// Configure selects the worker and episode (a nil worker stops reading).
+// The loop's part watermark, ep.AfterSeq, becomes the cursor.
+func (s *Sub) Configure(ctx context.Context, ep streamloop.Episode) {
+	if s.closed {
+		return
+	}
+	if ep.WorkerID == nil {
+		s.leave()
+		return
+	}
+	k := key{chat: s.chat, worker: *ep.WorkerID}
+	if s.up != nil && s.up.key != k {
+		s.leave()
+	}
+	if s.up == nil {
+		s.up = s.h.acquire(k)
+	}
+	s.ep, s.cursor = episode{ep.HistoryVersion, ep.GenerationAttempt}, ep.AfterSeq
+	s.up.selectEpisode(ctx, s.ep)
+	s.again = true
+}
+
+func (s *Sub) leave() {
+	if s.up != nil {
+		s.h.release(s.up)
+		s.up, s.seen, s.again = nil, nil, false
+	}
+}
+
+// Take appends to dst up to max parts of the selected episode after the
+// cursor and advances the cursor past them. An error (a sequence gap
+// upstream) is an invariant violation: the stream must end.
+func (s *Sub) Take(dst []streamloop.LivePart, max int) ([]streamloop.LivePart, error) {
+	s.again = false
+	u := s.up
+	if u == nil {
+		return dst, nil
+	}
+	v := u.view.Load()
+	s.seen = v
+	if v.failed != nil {
+		return dst, v.failed
+	}
+	var log []streamloop.LivePart
+	if v.selected && v.ep == s.ep {
+		log = v.log
+	}
+	end := min(int64(len(log)), s.cursor+int64(max))
+	for i := s.cursor; i < end; i++ {
+		dst = append(dst, log[i])
+	}
+	if end > s.cursor {
+		s.cursor = end
+	}
+	s.again = int64(len(log)) > end // more: come back after the loop's other inputs
+	return dst, nil
+}
+
+// Close ends the subscription.
+func (s *Sub) Close() {
+	s.closed = true
+	s.leave()
+}
