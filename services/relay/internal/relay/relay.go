@@ -130,6 +130,12 @@ type Server struct {
 
 	mu        sync.Mutex
 	upstreams map[key]*upstream
+	// workers caches one connection per worker across turns: a chat's
+	// worker changes (to null and back) at every turn, and re-resolving
+	// and re-dialing the same worker each time costs a database read and
+	// a TCP and HTTP/2 handshake on the path to the first part. Guarded
+	// by mu; an entry is dropped when an upstream over it fails.
+	workers map[uuid.UUID]*grpc.ClientConn
 }
 
 // New returns a Server.
@@ -150,6 +156,7 @@ func New(opts Options) *Server {
 		maxBytes:  maxBytes,
 		closing:   make(chan struct{}),
 		upstreams: make(map[key]*upstream),
+		workers:   make(map[uuid.UUID]*grpc.ClientConn),
 	}
 }
 
@@ -162,7 +169,65 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 // as their last subscribers leave) and refuses new ones. Call it when the
 // gRPC server's graceful stop begins: the calls never end by themselves.
 func (s *Server) Close() {
-	s.closeOnce.Do(func() { close(s.closing) })
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		s.mu.Lock()
+		for w, cc := range s.workers {
+			_ = cc.Close()
+			delete(s.workers, w)
+		}
+		s.mu.Unlock()
+	})
+}
+
+// workerConn returns the cached connection to worker, resolving its
+// address and dialing on first use.
+func (s *Server) workerConn(ctx context.Context, worker uuid.UUID) (*grpc.ClientConn, error) {
+	s.mu.Lock()
+	cc, ok := s.workers[worker]
+	s.mu.Unlock()
+	if ok {
+		return cc, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+	addr, err := s.resolver.PartsAddr(rctx, worker)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	cc, err = grpc.NewClient(addr, s.dialOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("dial worker %s at %s: %w", worker, addr, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.closing:
+		_ = cc.Close()
+		return nil, errors.New("the relay is stopping")
+	default:
+	}
+	if other, ok := s.workers[worker]; ok { // dialed concurrently
+		_ = cc.Close()
+		return other, nil
+	}
+	s.workers[worker] = cc
+	return cc, nil
+}
+
+// dropWorkerConn forgets cc as worker's connection (an upstream over it
+// failed: the worker may be gone or have moved) and closes it.
+func (s *Server) dropWorkerConn(worker uuid.UUID, cc *grpc.ClientConn) {
+	s.mu.Lock()
+	if s.workers[worker] == cc {
+		delete(s.workers, worker)
+	} else {
+		cc = nil
+	}
+	s.mu.Unlock()
+	if cc != nil {
+		_ = cc.Close()
+	}
 }
 
 // Upstreams returns the number of open upstreams, for tests and metrics.
@@ -259,7 +324,7 @@ func (s *Server) release(u *upstream) {
 	}
 	u.cancel()
 	<-u.finished
-	_ = u.conn.Close()
+	// The connection stays cached for the worker's next upstream.
 }
 
 // forget removes a failed upstream from the registry so that new
@@ -290,9 +355,7 @@ func (s *Server) open(u *upstream) {
 		case <-ctx.Done():
 		}
 	}()
-	rctx, rcancel := context.WithTimeout(ctx, resolveTimeout)
-	addr, err := s.resolver.PartsAddr(rctx, u.key.worker)
-	rcancel()
+	conn, err := s.workerConn(ctx, u.key.worker)
 	if errors.Is(err, ErrUnknownWorker) {
 		cancel()
 		fail(status.Errorf(codes.FailedPrecondition, "%v", err))
@@ -303,17 +366,11 @@ func (s *Server) open(u *upstream) {
 		fail(status.Errorf(codes.Unavailable, "%v", err))
 		return
 	}
-	conn, err := grpc.NewClient(addr, s.dialOpts...)
-	if err != nil {
-		cancel()
-		fail(status.Errorf(codes.Unavailable, "dial worker %s at %s: %v", u.key.worker, addr, err))
-		return
-	}
 	stream, err := chatdv1.NewPartsServiceClient(conn).StreamParts(ctx)
 	if err != nil {
 		cancel()
-		_ = conn.Close()
-		fail(status.Errorf(codes.Unavailable, "open parts stream of worker %s at %s: %v", u.key.worker, addr, err))
+		s.dropWorkerConn(u.key.worker, conn)
+		fail(status.Errorf(codes.Unavailable, "open parts stream of worker %s at %s: %v", u.key.worker, conn.Target(), err))
 		return
 	}
 	u.cancel, u.conn, u.stream = cancel, conn, stream
@@ -360,6 +417,9 @@ func (s *Server) receive(u *upstream) {
 			}
 			if status.Code(err) != codes.Canceled {
 				s.log.Warn("upstream failed", "worker_id", u.key.worker, "chat_id", u.key.chat, "error", err)
+				// The worker may be gone: resolve and dial it afresh
+				// next time (a release cancels; that keeps the cache).
+				s.dropWorkerConn(u.key.worker, u.conn)
 			}
 			s.fail(u, status.Errorf(codes.Unavailable, "upstream of worker %s: %v", u.key.worker, err))
 			return

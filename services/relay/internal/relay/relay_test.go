@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -623,5 +624,44 @@ func TestTwoWorkersSwitchAndTakeover(t *testing.T) {
 	slow.expectParts(w2, 4, 3, 3, 1)
 	if w1.Streams() != 1 || w2.Streams() != 1 {
 		t.Fatalf("upstream streams: worker 1 %d, worker 2 %d; want 1 each", w1.Streams(), w2.Streams())
+	}
+}
+
+// countingResolver counts address lookups.
+type countingResolver struct {
+	relay.Resolver
+	n atomic.Int64
+}
+
+func (r *countingResolver) PartsAddr(ctx context.Context, worker uuid.UUID) (string, error) {
+	r.n.Add(1)
+	return r.Resolver.PartsAddr(ctx, worker)
+}
+
+// TestWorkerConnectionReusedAcrossTurns: a chat's worker goes null between
+// turns and comes back; the relay opens a new upstream stream but keeps
+// the worker's connection, so the worker is resolved once.
+func TestWorkerConnectionReusedAcrossTurns(t *testing.T) {
+	t.Parallel()
+	var resolver *countingResolver
+	e := newEnv(t, func(o *relay.Options) {
+		resolver = &countingResolver{Resolver: o.Resolver}
+		o.Resolver = resolver
+	})
+	w := newPartsWorker(t, e.ctx, e.q)
+	chat := uuid.New()
+	s := e.subscribe(t)
+	for turn := int64(1); turn <= 3; turn++ {
+		w.add(t, chat, turn, 0, 2, 0)
+		s.control(chat, w, turn, 0, 0)
+		s.expectParts(w, turn, 0, 0, 2)
+		s.control(chat, nil, turn, 0, 2) // the turn ended: no owner
+		w.waitOpen(t, 0)
+	}
+	if got := w.Streams(); got != 3 {
+		t.Fatalf("worker saw %d upstream streams, want 3 (one per turn)", got)
+	}
+	if got := resolver.n.Load(); got != 1 {
+		t.Fatalf("the worker was resolved %d times, want 1", got)
 	}
 }
