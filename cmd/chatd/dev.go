@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/chatd/chatd/cmd/internal/devstack"
+	"github.com/chatd/chatd/pkg/webui"
 )
 
 // devCommand runs the all-in-one dev stack (`make dev`).
@@ -23,8 +24,8 @@ func devCommand() *command {
 func runDev(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("chatd dev", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	httpAddr := fs.String("http", envOr(e, "CHATD_DEV_HTTP_ADDR", "127.0.0.1:8080"), "host:port everything is served on (env CHATD_DEV_HTTP_ADDR).")
-	dataDir := fs.String("data", envOr(e, "CHATD_DEV_DATA_DIR", ".chatd"), "Directory kept between runs: the Postgres cluster, the auth secret, the dev token (env CHATD_DEV_DATA_DIR).")
+	httpAddr := fs.String("http", firstNonEmpty(e.getenv("CHATD_DEV_HTTP_ADDR"), "127.0.0.1:8080"), "host:port everything is served on (env CHATD_DEV_HTTP_ADDR).")
+	dataDir := fs.String("data", firstNonEmpty(e.getenv("CHATD_DEV_DATA_DIR"), ".chatd"), "Directory kept between runs: the Postgres cluster, the auth secret, the dev token (env CHATD_DEV_DATA_DIR).")
 	usage := func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: chatd dev [--http 127.0.0.1:8080] [--data .chatd]\n\n")
 		fmt.Fprintf(w, "Runs api, worker, relay and stream in one process with an in-process NATS\n")
@@ -53,7 +54,7 @@ func runDev(ctx context.Context, e *env, args []string) int {
 		HTTPAddr:    *httpAddr,
 		Getenv:      e.getenv,
 		Log:         devstack.NewLoggerTo(e.stderr, e.getenv),
-		UI:          webUI(),
+		UI:          webui.Handler(),
 	}
 	fmt.Fprintln(e.stderr, "chatd dev: starting (Postgres, NATS, migrations, api, worker, relay, stream)...")
 	err := devstack.Run(ctx, cfg, func(r devstack.Ready) {
@@ -72,12 +73,4 @@ func runDev(ctx context.Context, e *env, args []string) int {
 	}
 	fmt.Fprintln(e.stderr, "chatd dev: stopped.")
 	return exitOK
-}
-
-// envOr is the variable's value, or def when it is empty.
-func envOr(e *env, key, def string) string {
-	if v := e.getenv(key); v != "" {
-		return v
-	}
-	return def
 }

@@ -9,36 +9,17 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // devStack is one `chatd dev` run in-process.
 type devStack struct {
 	url, token string
-	stdout     *syncBuffer
-	stderr     *syncBuffer
+	stdout     *waitBuffer
+	stderr     *waitBuffer
 	stop       func() int
 }
 
@@ -49,7 +30,7 @@ var openLine = regexp.MustCompile(`Open:\s+(http://\S+)/#token=(\S+)`)
 func startDev(t *testing.T, dataDir string, environ map[string]string) *devStack {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &devStack{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	s := &devStack{stdout: newWaitBuffer(), stderr: newWaitBuffer()}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"dev", "--http", "127.0.0.1:0", "--data", dataDir}, &env{
@@ -58,18 +39,23 @@ func startDev(t *testing.T, dataDir string, environ map[string]string) *devStack
 		})
 	}()
 	s.stop = func() int { cancel(); return <-done }
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.NewTimer(90 * time.Second)
+	defer deadline.Stop()
 	for {
-		if m := openLine.FindStringSubmatch(s.stdout.String()); m != nil {
+		s.stdout.mu.Lock()
+		m, changed := openLine.FindStringSubmatch(s.stdout.buf.String()), s.stdout.changed
+		s.stdout.mu.Unlock()
+		if m != nil {
 			s.url, s.token = m[1], m[2]
 			return s
 		}
 		select {
 		case code := <-done:
 			t.Fatalf("chatd dev exited with %d before it was ready:\n%s", code, s.stderr.String())
-		case <-time.After(50 * time.Millisecond):
+		case <-changed:
+		case <-deadline.C:
+			require.Fail(t, "chatd dev was not ready within 90s:\n"+s.stderr.String())
 		}
-		require.True(t, time.Now().Before(deadline), "chatd dev was not ready within 90s:\n%s", s.stderr.String())
 	}
 }
 

@@ -25,7 +25,6 @@ type agentStack struct {
 	*inproctest.Stack
 	t     *testing.T
 	token string
-	pool  *pgxpool.Pool
 }
 
 // startAgentStack starts the stack; extra holds further CHATD_* settings.
@@ -37,7 +36,7 @@ func startAgentStack(t *testing.T, extra ...string) *agentStack {
 		env[k] = v
 	}
 	st := inproctest.Start(t, inproctest.Options{Env: env})
-	return &agentStack{Stack: st, t: t, token: st.Token(uuid.New(), uuid.New(), false), pool: st.Pool}
+	return &agentStack{Stack: st, t: t, token: st.Token(uuid.New(), uuid.New(), false)}
 }
 
 // call sends a JSON request and decodes the JSON answer; it fails the test
@@ -304,7 +303,7 @@ func TestProjectMemoryEndToEnd(t *testing.T) {
 	require.True(t, s.lastResult(reader, "read_memory").IsError, "the memory is gone")
 
 	// 179 memories, then a save through the agent is the 180th: reminded.
-	seed(t, s.pool, projectID, 179)
+	seed(t, s.Pool, projectID, 179)
 	s.call("POST", "/api/v2/chats/"+writer+"/messages", text(toolLine("save_memory", map[string]any{"name": "m180", "content": "c"})), http.StatusCreated)
 	s.waitIdle(writer)
 	r180 := s.lastResult(writer, "save_memory")
@@ -313,7 +312,7 @@ func TestProjectMemoryEndToEnd(t *testing.T) {
 	require.Contains(t, r180.Result["reminder"], "prune")
 
 	// At 200 a new name is refused, an existing one still saves.
-	seedFrom(t, s.pool, projectID, 179, 20)
+	seedFrom(t, s.Pool, projectID, 179, 20)
 	s.call("POST", "/api/v2/chats/"+writer+"/messages", text(toolLine("save_memory", map[string]any{"name": "one-too-many", "content": "c"})), http.StatusCreated)
 	s.waitIdle(writer)
 	full := s.lastResult(writer, "save_memory")

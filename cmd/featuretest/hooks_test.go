@@ -155,15 +155,7 @@ func newConsumer(t *testing.T) *consumer {
 		},
 		Stop: func(_ context.Context, m agenthooks.Meta, d agenthooks.StopData) (agenthooks.Response, error) {
 			record(agenthooks.EventStop, m, d)
-			first := ""
-			for _, e := range c.events(m.ChatID) {
-				var p agenthooks.UserPromptSubmitData
-				if e.Type == agenthooks.EventUserPromptSubmit && json.Unmarshal(e.Data, &p) == nil {
-					first = p.Prompt
-					break
-				}
-			}
-			switch {
+			switch first := c.firstPrompt(m.ChatID); {
 			case strings.Contains(first, "stop-boom"):
 				return agenthooks.Response{}, boom
 			case strings.Contains(first, "stop-context"):

@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/inproctest"
-	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/services/api/apiserver"
 	"github.com/chatd/chatd/services/worker/workerserver"
@@ -28,9 +25,8 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 type stack struct {
 	t    *testing.T
 	ctx  context.Context
-	api  string // http://host:port
 	pool *pgxpool.Pool
-	sign *auth.Signer
+	st   *inproctest.Stack
 }
 
 // featureEnv are the settings of every feature test's stack.
@@ -55,7 +51,7 @@ func startStackWith(t *testing.T, env map[string]string, configure func(*apiserv
 		}
 	}
 	st := inproctest.Start(t, inproctest.Options{Env: all, Configure: configure})
-	return &stack{t: t, ctx: st.Ctx, api: st.Base, pool: st.Pool, sign: st.Signer}
+	return &stack{t: t, ctx: st.Ctx, pool: st.Pool, st: st}
 }
 
 // client is one user of one organization.
@@ -68,34 +64,22 @@ type client struct {
 
 func (s *stack) client(org uuid.UUID, admin bool) *client {
 	user := uuid.New()
-	tok, err := s.sign.Sign(auth.Claims{UserID: user, OrganizationID: org, Admin: admin}, time.Hour)
-	require.NoError(s.t, err)
-	return &client{s: s, org: org, user: user, token: tok}
+	return &client{s: s, org: org, user: user, token: s.st.Token(user, org, admin)}
 }
 
 // do sends a request and returns the status and the decoded JSON body.
 func (c *client) do(method, path, body string) (int, map[string]any) {
 	c.s.t.Helper()
-	var rd io.Reader
+	var b any // nil: no body and no Content-Type
 	if body != "" {
-		rd = strings.NewReader(body)
+		b = body
 	}
-	req, err := http.NewRequest(method, c.s.api+path, rd)
-	require.NoError(c.s.t, err)
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(c.s.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(c.s.t, err)
+	code, raw := c.s.st.Do(c.token, method, path, b)
 	out := map[string]any{}
 	if len(raw) > 0 {
 		require.NoError(c.s.t, json.Unmarshal(raw, &out), "%s %s: %s", method, path, raw)
 	}
-	return resp.StatusCode, out
+	return code, out
 }
 
 // must is do that requires the status.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/agenthooks"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/pkg/telemetry"
 )
 
 // Experiment is the CHATD_EXPERIMENTS entry that activates hooks.
@@ -36,7 +37,7 @@ const (
 	EnvSecret       = "CHATD_HOOK_SECRET"
 	EnvTimeout      = "CHATD_HOOK_TIMEOUT"
 	EnvDeploymentID = "CHATD_DEPLOYMENT_ID"
-	EnvExperiments  = "CHATD_EXPERIMENTS"
+	EnvExperiments  = telemetry.EnvExperiments
 )
 
 // Config is the hook configuration of one process.

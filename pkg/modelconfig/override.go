@@ -60,23 +60,8 @@ func (s *Store) GetModelOverride(ctx context.Context, orgID uuid.UUID, use strin
 func (s *Store) SetModelOverride(ctx context.Context, orgID uuid.UUID, use string, id uuid.UUID) (ModelOverride, error) {
 	var out ModelOverride
 	err := s.inWriteTx(ctx, orgID, nil, func(q *queries.Queries) error {
-		row, err := q.ChatModelConfigGetWithProvider(ctx, id)
-		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (row.ChatModelConfig.Deleted || row.ChatModelConfig.OrganizationID != orgID)) {
-			return invalid("model_config_id: model config %s does not exist in this organization", id)
-		}
-		if err != nil {
-			return fmt.Errorf("error getting model config %s: %w", id, err)
-		}
-		c := row.ChatModelConfig
-		if !c.Enabled {
-			return invalid("model_config_id: model config %s (%s) is disabled; enable it or choose another", c.ID, c.Model)
-		}
-		prow, err := q.ChatProviderGet(ctx, c.ProviderID)
-		if err != nil {
-			return fmt.Errorf("error getting provider %s: %w", c.ProviderID, err)
-		}
-		if d := providerFromRow(prow).Descriptor(); !d.Available {
-			return invalid("model_config_id: the provider of model config %s (%s) cannot serve requests: %s", c.ID, c.Model, d.UnavailableReason)
+		if err := checkUsable(ctx, q, orgID, id); err != nil {
+			return err
 		}
 		saved, err := q.ChatOrganizationModelOverrideUpsert(ctx, queries.ChatOrganizationModelOverrideUpsertParams{
 			OrganizationID: orgID, Context: use, ModelConfigID: id,

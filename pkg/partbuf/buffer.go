@@ -183,6 +183,13 @@ func New(opts Options) *Buffer {
 	return b
 }
 
+// Closed reports whether Close has been called.
+func (b *Buffer) Closed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stopped
+}
+
 // Close stops the garbage collection goroutine, closes the channel of every
 // subscription and waits for their goroutines to exit. SubscribeToEpisode
 // returns an already closed channel after Close; the other methods keep
@@ -255,13 +262,11 @@ func (b *Buffer) AddPart(ep Episode, role string, data json.RawMessage) (int64, 
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e := b.episodes[ep]
-	switch {
-	case e == nil || !e.created:
-		return 0, ErrEpisodeNotFound
-	case e.closed:
-		return 0, ErrEpisodeClosed
-	case e.full:
+	e, err := b.openEpisode(ep)
+	if err != nil {
+		return 0, err
+	}
+	if e.full {
 		return 0, ErrEpisodeFull
 	}
 	p.Seq = int64(len(e.parts)) + 1

@@ -24,11 +24,17 @@ type fakeStream struct {
 	ctx   context.Context
 	reqs  chan *chatdv1.StreamPartsRequest
 	resps chan *chatdv1.StreamPartsResponse
+	// recvs, when set, gets a value each time Recv is called; it must have
+	// room for every call.
+	recvs chan struct{}
 }
 
 func (f *fakeStream) Context() context.Context { return f.ctx }
 
 func (f *fakeStream) Recv() (*chatdv1.StreamPartsRequest, error) {
+	if f.recvs != nil {
+		f.recvs <- struct{}{}
+	}
 	select {
 	case r, ok := <-f.reqs:
 		if !ok {
@@ -173,7 +179,10 @@ func TestReselectWhileSending(t *testing.T) {
 	for range 20 {
 		ctx, cancel := context.WithCancel(t.Context())
 		// Unbuffered: a send returns once the server has received it.
-		st := &fakeStream{ctx: ctx, reqs: make(chan *chatdv1.StreamPartsRequest), resps: make(chan *chatdv1.StreamPartsResponse)}
+		// Recv is called three times: before each selection and once more
+		// after the second one was posted.
+		st := &fakeStream{ctx: ctx, reqs: make(chan *chatdv1.StreamPartsRequest), resps: make(chan *chatdv1.StreamPartsResponse),
+			recvs: make(chan struct{}, 3)}
 		done := make(chan error, 1)
 		go func() { done <- srv.StreamParts(st) }()
 		sel := &chatdv1.StreamPartsRequest{ChatId: ep.ChatID.String(), HistoryVersion: 1}
@@ -193,8 +202,15 @@ func TestReselectWhileSending(t *testing.T) {
 		// The server is now blocked sending part 2.
 		require.Equal(t, int64(1), next().GetPart().GetSeq())
 		st.reqs <- sel
-		// Let the receiving goroutine post the selection.
-		time.Sleep(20 * time.Millisecond)
+		// Wait until the receiving goroutine has posted the selection: it
+		// calls Recv again only after that.
+		for range 3 {
+			select {
+			case <-st.recvs:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the selection was not posted")
+			}
+		}
 
 		var last int64 = 1
 		restarted := false

@@ -220,7 +220,7 @@ func (s *Server) deliver(stream chatdv1.PartsService_StreamPartsServer, cur *fee
 	// timeout. feed.drain takes every part as soon as it is offered, so
 	// that last cause is rare (a stalled process), but it must not pass
 	// for a closed episode.
-	if bufferStopped(s.buf) {
+	if s.buf.Closed() {
 		return more, errShutdown
 	}
 	if all, err := s.buf.GetParts(cur.sel.ep); err == nil && int64(len(all)) > cur.recv {
@@ -232,22 +232,6 @@ func (s *Server) deliver(stream chatdv1.PartsService_StreamPartsServer, cur *fee
 		return more, err
 	}
 	return delivered, nil
-}
-
-// bufferStopped reports whether b was closed. partbuf has no accessor for
-// it, but documents that a subscription made after Close comes back with
-// its channel already closed; on an open buffer, a subscription to an
-// episode that never exists stays open until cancelled, and leaves nothing
-// behind once cancelled.
-func bufferStopped(b *partbuf.Buffer) bool {
-	ch, cancel := b.SubscribeToEpisode(partbuf.Episode{ChatID: uuid.New(), HistoryVersion: -1, GenerationAttempt: -1})
-	defer cancel()
-	select {
-	case _, ok := <-ch:
-		return !ok
-	default:
-		return false
-	}
 }
 
 // selection is a parsed control message.

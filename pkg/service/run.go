@@ -19,6 +19,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/chatd/chatd/pkg/telemetry"
 )
 
 // inProcessBufferSize is the in-memory listener's buffer for RegisterGateway.
@@ -77,7 +79,7 @@ type Options struct {
 }
 
 // MetricsPath is where MetricsHandler is mounted.
-const MetricsPath = "/metrics"
+const MetricsPath = telemetry.MetricsPath
 
 // Run serves the service until ctx ends (Main cancels it on SIGTERM or
 // SIGINT) and then shuts down: the health service turns NOT_SERVING, the

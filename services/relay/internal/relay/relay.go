@@ -261,6 +261,10 @@ type upstream struct {
 	stream chatdv1.PartsService_StreamPartsClient
 	err    error // set before ready is closed: the upstream never started
 
+	// key.chat and key.worker as strings, formatted once rather than per
+	// part.
+	chatID, workerID string
+
 	mu       sync.Mutex
 	selected bool
 	ep       episode
@@ -286,7 +290,7 @@ func (s *Server) acquire(ctx context.Context, k key) (*upstream, error) {
 	s.mu.Lock()
 	u := s.upstreams[k]
 	if u == nil {
-		u = &upstream{key: k, maxBytes: s.maxBytes, ready: make(chan struct{}), changed: make(chan struct{}), finished: make(chan struct{})}
+		u = &upstream{key: k, chatID: k.chat.String(), workerID: k.worker.String(), maxBytes: s.maxBytes, ready: make(chan struct{}), changed: make(chan struct{}), finished: make(chan struct{})}
 		s.upstreams[k] = u
 		go s.open(u)
 	}
@@ -392,7 +396,7 @@ func (u *upstream) selectEpisode(ep episode) error {
 	// log is reset; a control message is tiny and never waits for long on
 	// flow control.
 	err := u.stream.Send(&chatdv1.StreamPartsRequest{
-		ChatId:            u.key.chat.String(),
+		ChatId:            u.chatID,
 		HistoryVersion:    ep.hv,
 		GenerationAttempt: ep.ga,
 	})
@@ -453,7 +457,7 @@ func (s *Server) fail(u *upstream, err error) {
 func (u *upstream) apply(resp *chatdv1.StreamPartsResponse) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if !u.selected || resp.GetChatId() != u.key.chat.String() ||
+	if !u.selected || resp.GetChatId() != u.chatID ||
 		(episode{resp.GetHistoryVersion(), resp.GetGenerationAttempt()}) != u.ep {
 		return nil
 	}
@@ -546,7 +550,6 @@ func (s *Server) StreamParts(stream chatdv1.RelayService_StreamPartsServer) erro
 // subscriber is one call's state, owned by its handler.
 type subscriber struct {
 	up         *upstream
-	worker     uuid.UUID
 	ep         episode
 	cursor     int64 // last seq sent (or after_seq)
 	closedSent bool
@@ -574,7 +577,7 @@ func (s *Server) apply(ctx context.Context, sub *subscriber, sel selection) erro
 		}
 		sub.up = u
 	}
-	sub.worker, sub.ep, sub.cursor, sub.closedSent = sel.worker, sel.ep, sel.afterSeq, false
+	sub.ep, sub.cursor, sub.closedSent = sel.ep, sel.afterSeq, false
 	return sub.up.selectEpisode(sel.ep)
 }
 
@@ -618,8 +621,8 @@ func (sub *subscriber) sent(ev *chatdv1.RelayServiceStreamPartsResponse) {
 
 func (sub *subscriber) response() *chatdv1.RelayServiceStreamPartsResponse {
 	return &chatdv1.RelayServiceStreamPartsResponse{
-		ChatId:            sub.up.key.chat.String(),
-		WorkerId:          sub.worker.String(),
+		ChatId:            sub.up.chatID,
+		WorkerId:          sub.up.workerID,
 		HistoryVersion:    sub.ep.hv,
 		GenerationAttempt: sub.ep.ga,
 	}

@@ -50,7 +50,6 @@ package parthub
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -265,10 +264,7 @@ func (u *upstream) apply(p streamloop.LivePart) bool {
 		return false
 	default:
 		if p.JSON == nil {
-			p.JSON = json.RawMessage(p.Data)
-			if !json.Valid(p.JSON) {
-				p.JSON, _ = json.Marshal(p.Data) // the Part operation's rule, applied once
-			}
+			p.JSON = streamloop.PartJSON(p.Data) // the Part operation's rule, applied once
 		}
 		if p.Frames == nil {
 			p.Frames = new(streamloop.Frames)

@@ -71,6 +71,7 @@ type Forwarder struct {
 	mu         sync.Mutex
 	configured bool
 	want       streamloop.Episode
+	wantWorker string // want.WorkerID as the relay's events carry it; "" for none
 	gen        uint64 // bumped on every change of want
 	lastSeq    int64  // last part seq of want received
 	started    bool
@@ -100,6 +101,10 @@ func (f *Forwarder) Configure(_ context.Context, ep streamloop.Episode) {
 	}
 	f.configured = true
 	f.want = ep
+	f.wantWorker = ""
+	if ep.WorkerID != nil {
+		f.wantWorker = ep.WorkerID.String()
+	}
 	f.lastSeq = ep.AfterSeq
 	f.gen++
 	if !f.started {
@@ -129,11 +134,8 @@ func (f *Forwarder) Close() {
 func (f *Forwarder) control() (*chatdv1.RelayServiceStreamPartsRequest, uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	req := &chatdv1.RelayServiceStreamPartsRequest{ChatId: f.chatID.String(),
+	req := &chatdv1.RelayServiceStreamPartsRequest{ChatId: f.chatID.String(), WorkerId: f.wantWorker,
 		HistoryVersion: f.want.HistoryVersion, GenerationAttempt: f.want.GenerationAttempt, AfterSeq: f.lastSeq}
-	if f.want.WorkerID != nil {
-		req.WorkerId = f.want.WorkerID.String()
-	}
 	return req, f.gen
 }
 
@@ -211,7 +213,7 @@ func (f *Forwarder) recv(ctx context.Context, st chatdv1.RelayService_StreamPart
 		}
 		f.mu.Lock()
 		w, gen := f.want, f.gen
-		ok := w.WorkerID != nil && resp.WorkerId == w.WorkerID.String() &&
+		ok := f.wantWorker != "" && resp.WorkerId == f.wantWorker &&
 			resp.HistoryVersion == w.HistoryVersion && resp.GenerationAttempt == w.GenerationAttempt &&
 			p.Seq > f.lastSeq
 		f.mu.Unlock()

@@ -482,9 +482,7 @@ func (c *conn) partBatch(p streamloop.LivePart, partC <-chan streamloop.LivePart
 	for n := 1; err == nil && n < maxPartBatch; n++ {
 		select {
 		case next := <-partC:
-			var more []streamloop.Event
-			more, err = c.loop.Part(next)
-			evs = append(evs, more...)
+			evs, err = c.loop.AppendPart(evs, next)
 		default:
 			return evs, nil
 		}

@@ -127,6 +127,17 @@ type LivePart struct {
 	Frames *Frames
 }
 
+// PartJSON is a part's Data as the part to emit: the JSON text itself when
+// it is valid, else Data as a JSON string (the stream keeps going).
+func PartJSON(data string) json.RawMessage {
+	part := json.RawMessage(data)
+	if json.Valid(part) {
+		return part
+	}
+	b, _ := json.Marshal(data)
+	return b
+}
+
 // ErrPartGap is the invariant violation of a part of the current episode
 // whose seq is not the next one: the relay must deliver contiguously.
 var ErrPartGap = errors.New("message part sequence gap")
@@ -473,11 +484,7 @@ func (l *Loop) AppendPart(dst []Event, p LivePart) ([]Event, error) {
 	}
 	part := p.JSON
 	if part == nil {
-		part = json.RawMessage(p.Data)
-		if !json.Valid(part) {
-			b, _ := json.Marshal(p.Data) // keep the stream going: deliver it as a string
-			part = b
-		}
+		part = PartJSON(p.Data)
 	}
 	st.PartSeq = p.Seq
 	em := emitter{chatID: l.chatID, st: st, startHistory: st.HistoryVersion, events: dst}

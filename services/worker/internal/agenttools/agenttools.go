@@ -94,11 +94,9 @@ func (tb *Toolbox) Specs() []llm.ToolSpec {
 	return out
 }
 
-// Has reports whether the toolbox has a tool named name.
-func (tb *Toolbox) Has(name string) bool {
-	_, ok := tb.tools[name]
-	return ok
-}
+// Schema is the input schema of the tool named name (nil when there is
+// none).
+func (tb *Toolbox) Schema(name string) json.RawMessage { return tb.tools[name].Spec.InputSchema }
 
 // Check answers a call that must not run: an unknown tool, or invalid
 // JSON, a repeated key, or a schema property spelled with other

@@ -260,24 +260,9 @@ func (r *runner) compact(ctx context.Context, in intent, p plan) (again bool, er
 	if n > int64(r.cfg.MaxGenerationRetries) {
 		return false, r.finishError(ctx, in, "compaction failed: "+callErr.Error())
 	}
-	delay := backoff(r.cfg.RetryBaseDelay, r.cfg.RetryMaxDelay, int(n-1))
-	state := chatstate.RetryState{
-		Attempt: n, DelayMS: delay.Milliseconds(), Error: callErr.Error(),
-		Kind: llm.Retryable.String(), RetryingAt: r.clock.Now().Add(delay),
-	}
-	if _, err := r.update(ctx, in, func(tx *chatstate.Tx) error { return tx.RecordRetryState(ctx, state) }); err != nil {
-		return false, err
-	}
 	// The wait before retrying the summary is a retry_backoff stage inside
 	// the compaction, like a model call's.
-	_, wait := r.stages.Start(ctx, telemetry.StageRetryBackoff,
-		telemetry.WithAttributes(attribute.Int64(telemetry.AttrAttempt, n)))
-	slept := sleep(ctx, r.clock, delay)
-	wait.End(nil)
-	if !slept {
-		return false, ctx.Err()
-	}
-	return true, nil
+	return r.retryAfter(ctx, in, n, callErr)
 }
 
 // summarize makes the summary call in its own part-buffer episode. The

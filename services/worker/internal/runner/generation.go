@@ -273,7 +273,7 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 	case ctx.Err() != nil:
 		return false, ctx.Err()
 	case callErr == nil:
-		return false, r.commitResponse(ctx, in, p, cfg, resp)
+		return false, r.commitResponse(ctx, in, p, cfg, tb, resp)
 	case errors.Is(callErr, errTurnLimit):
 		return false, r.finishError(ctx, in, turnLimitMessage(r.cfg.TurnMaxDuration))
 	case !llm.IsRetryable(callErr):
@@ -283,6 +283,13 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 	if n > int64(r.cfg.MaxGenerationRetries) {
 		return false, r.finishError(ctx, in, callErr.Error())
 	}
+	return r.retryAfter(ctx, in, n, callErr)
+}
+
+// retryAfter records the retry state of generation attempt n, which failed
+// with the retryable callErr, and waits out its backoff as a retry_backoff
+// stage; again is false when ctx ended during the wait.
+func (r *runner) retryAfter(ctx context.Context, in intent, n int64, callErr error) (again bool, err error) {
 	delay := backoff(r.cfg.RetryBaseDelay, r.cfg.RetryMaxDelay, int(n-1))
 	state := chatstate.RetryState{
 		Attempt: n, DelayMS: delay.Milliseconds(), Error: callErr.Error(),
@@ -293,11 +300,11 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 	}
 	_, wait := r.stages.Start(ctx, telemetry.StageRetryBackoff,
 		telemetry.WithAttributes(attribute.Int64(telemetry.AttrAttempt, n)))
-	if !sleep(ctx, r.clock, delay) {
-		wait.End(nil)
+	slept := sleep(ctx, r.clock, delay)
+	wait.End(nil)
+	if !slept {
 		return false, ctx.Err()
 	}
-	wait.End(nil)
 	return true, nil
 }
 
@@ -442,13 +449,10 @@ type usageJSON struct {
 
 // commitResponse runs the response's worker-executed tool calls and commits
 // the assistant message with their results in one CommitStep. Dynamic tool
-// calls stay open; the next step enters requires_action.
-func (r *runner) commitResponse(ctx context.Context, in intent, p plan, cfg modelconfig.ModelConfig, resp llm.Response) error {
+// calls stay open; the next step enters requires_action. tb is the toolbox
+// the step collected for the model request.
+func (r *runner) commitResponse(ctx context.Context, in intent, p plan, cfg modelconfig.ModelConfig, tb *agenttools.Toolbox, resp llm.Response) error {
 	dynamic, err := chatstate.DynamicToolNames(p.chat.DynamicTools)
-	if err != nil {
-		return err
-	}
-	tb, err := r.toolbox(ctx, p.chat)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/llm"
+	"github.com/chatd/chatd/services/worker/internal/compaction"
 	"github.com/chatd/chatd/services/worker/internal/memory"
 )
 
@@ -16,23 +17,11 @@ func modelVisible(m queries.ChatMessage) bool {
 	return m.Visibility == chatstate.VisibleToBoth || m.Visibility == chatstate.VisibleToModel
 }
 
-// isContextBoundary: the anchor row of a compaction or clear triplet, a
-// compressed model-only user row. Prompts are pruned at the newest one.
-func isContextBoundary(m queries.ChatMessage) bool {
-	return m.Compressed && m.Visibility == chatstate.VisibleToModel && m.Role == chatstate.RoleUser
-}
-
 // promptRows are the rows the model sees: model-visible active rows from
-// the newest context boundary on (the boundary included), plus the system
-// rows before it.
+// the newest context boundary (compaction.LatestBoundary) on, the boundary
+// included, plus the system rows before it.
 func promptRows(msgs []queries.ChatMessage) []queries.ChatMessage {
-	start := 0
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if isContextBoundary(msgs[i]) {
-			start = i
-			break
-		}
-	}
+	start, _ := compaction.LatestBoundary(msgs) // -1 without one: every row
 	var out []queries.ChatMessage
 	for i, m := range msgs {
 		if !modelVisible(m) || (i < start && m.Role != chatstate.RoleSystem) {

@@ -11,7 +11,6 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/telemetry"
-	"github.com/chatd/chatd/pkg/toolargs"
 	"github.com/chatd/chatd/services/worker/internal/agenttools"
 )
 
@@ -87,23 +86,14 @@ func (r *runner) toolHooks() ToolHooks {
 // hookable returns the call to offer the hooks, or false for a call the
 // toolbox rejects before execution (unknown tool, ambiguous input).
 func hookable(tb *agenttools.Toolbox, part chatmsg.Part) (ToolCall, bool) {
-	if !tb.Has(part.ToolName) {
+	if _, ok := tb.Check(part.ToolName, part.Args); !ok {
 		return ToolCall{}, false
-	}
-	var schema json.RawMessage
-	for _, s := range tb.Specs() {
-		if s.Name == part.ToolName {
-			schema = s.InputSchema
-		}
 	}
 	args := part.Args
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	if toolargs.Check(args, schema) != nil {
-		return ToolCall{}, false
-	}
-	return ToolCall{ID: part.ToolCallID, Name: part.ToolName, Input: args, Schema: schema}, true
+	return ToolCall{ID: part.ToolCallID, Name: part.ToolName, Input: args, Schema: tb.Schema(part.ToolName)}, true
 }
 
 // dynamicCall is the call to offer the hooks for a client-executed
