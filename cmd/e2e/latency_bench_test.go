@@ -1,13 +1,17 @@
 package e2e_test
 
 import (
+	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
+	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
 // BenchmarkSendToFirstPart times POST /api/v2/chats/{chat}/messages until the
@@ -18,7 +22,17 @@ import (
 // the p50, p99 and max latency in milliseconds. Run it with a fixed count,
 // e.g. -benchtime=200x.
 func BenchmarkSendToFirstPart(b *testing.B) {
-	s := stacktest.StartWith(b, stacktest.Options{Streams: 1})
+	// CHATD_BENCH_STAGES=1 turns on the worker's stage metrics and logs
+	// the mean of each stage at the end: where the time of a turn goes.
+	stages := os.Getenv("CHATD_BENCH_STAGES") == "1"
+	opts := stacktest.Options{Streams: 1}
+	workerMetrics := ""
+	if stages {
+		workerMetrics = servicetest.FreeAddr(b)
+		opts.Env = []string{"CHATD_EXPERIMENTS=chat-stage-metrics"}
+		opts.WorkerEnv = []string{"CHATD_METRICS_ADDR=" + workerMetrics}
+	}
+	s := stacktest.StartWith(b, opts)
 	chatID := s.Post(b, "/api/v2/chats", `{}`)["id"].(string)
 	events, closeEvents := s.OpenSSE(b, s.Streams[0], chatID, "")
 	defer closeEvents()
@@ -97,6 +111,42 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 		b.ReportMetric(ms(running[len(running)/2]), "running_p50_ms")
 	}
 	b.ReportMetric(0, "ns/op")
+	if stages {
+		b.Logf("worker stage means over %d turns: %s", b.N, stageMeans(scrape(b, workerMetrics)))
+	}
+}
+
+// stageMeans reads the chatd_stage_duration_seconds sums and counts of a
+// /metrics page and lists each turn-scoped stage's mean in milliseconds on
+// one line (a benchmark's log is cut after ten lines).
+func stageMeans(metrics string) string {
+	sums, counts := map[string]float64{}, map[string]float64{}
+	for _, line := range strings.Split(metrics, "\n") {
+		series, value, ok := strings.Cut(line, " ")
+		if !ok || !strings.HasPrefix(series, "chatd_stage_duration_seconds_") || !strings.Contains(series, `scope="turn"`) {
+			continue
+		}
+		_, rest, _ := strings.Cut(series, `stage="`)
+		stage, _, _ := strings.Cut(rest, `"`)
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(series, "chatd_stage_duration_seconds_sum"):
+			sums[stage] += v
+		case strings.HasPrefix(series, "chatd_stage_duration_seconds_count"):
+			counts[stage] += v
+		}
+	}
+	names := slices.Sorted(maps.Keys(counts))
+	var out strings.Builder
+	for _, name := range names {
+		if counts[name] > 0 {
+			fmt.Fprintf(&out, " %s=%.2fms", name, sums[name]/counts[name]*1000)
+		}
+	}
+	return out.String()
 }
 
 func envInt(name string, def int) int {

@@ -14,7 +14,7 @@ import (
 )
 
 // scrape GETs a /metrics endpoint.
-func scrape(t *testing.T, addr string) string {
+func scrape(t testing.TB, addr string) string {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
