@@ -43,4 +43,10 @@ func TestBinary(t *testing.T) {
 		t.Parallel()
 		servicetest.CheckRejects(t, bin, nil, "set CHATD_AUTH_SECRET")
 	})
+
+	t.Run("refuses to run without a database", func(t *testing.T) {
+		t.Parallel()
+		servicetest.CheckRejects(t, bin, []string{"CHATD_AUTH_SECRET=a-secret-of-at-least-thirty-two-bytes!!"},
+			"CHATD_DATABASE_URL is required")
+	})
 }

@@ -59,6 +59,12 @@ func (c *Config) Declare(v *service.Vars) {
 	v.Duration(&c.RequiresActionTimeout, "CHATD_REQUIRES_ACTION_TIMEOUT", chatstate.DefaultRequiresActionTimeout,
 		"How long a chat waits for dynamic tool results before the worker cancels the calls.")
 	v.Check(func() error {
+		if c.DatabaseURL == "" {
+			return errNoDatabase
+		}
+		return nil
+	})
+	v.Check(func() error {
 		if c.AuthSecret == "" && c.JWKSURL == "" {
 			return errNoAuth
 		}
@@ -114,6 +120,9 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		Log:                   log,
 	})
 }
+
+// errNoDatabase refuses an api without Postgres: it keeps every chat there.
+var errNoDatabase = errorString("CHATD_DATABASE_URL is required: the api keeps every chat in Postgres")
 
 var errNoAuth = errorString("set CHATD_AUTH_SECRET (HS256) or CHATD_AUTH_JWKS_URL (RS256/ES256): the api accepts only authenticated requests")
 

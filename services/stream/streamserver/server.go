@@ -48,12 +48,22 @@ func (c *Config) Declare(v *service.Vars) {
 	v.Addr(&c.RelayAddr, "CHATD_RELAY_ADDR", "127.0.0.1:7004",
 		"host:port of the relay service, which forwards live message parts from workers.", false)
 	v.Check(func() error {
+		if c.DatabaseURL == "" {
+			return errNoDatabase
+		}
+		return nil
+	})
+	v.Check(func() error {
 		if c.AuthSecret == "" && c.JWKSURL == "" {
 			return errNoAuth
 		}
 		return nil
 	})
 }
+
+// errNoDatabase refuses a stream without Postgres: every Sync reads the
+// chat's committed state there.
+var errNoDatabase = errors.New("CHATD_DATABASE_URL is required: the stream reads chats from Postgres")
 
 var errNoAuth = errors.New("set CHATD_AUTH_SECRET (HS256) or CHATD_AUTH_JWKS_URL (RS256/ES256): the stream accepts only authenticated clients")
 
@@ -73,7 +83,7 @@ func Program() service.Program {
 // Run serves the stream service until ctx ends.
 func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if cfg.DatabaseURL == "" {
-		return fmt.Errorf("CHATD_DATABASE_URL is required: the stream reads chats from Postgres")
+		return errNoDatabase
 	}
 	tel, stopTelemetry, err := telemetry.StartService(ctx, name, cfg.Embedded.Hosted(), log)
 	if err != nil {
