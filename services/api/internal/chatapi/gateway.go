@@ -2,7 +2,6 @@ package chatapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/gen/openapi"
+	"github.com/chatd/chatd/pkg/httperror"
 )
 
 // APIPrefix is where the REST facade is mounted.
@@ -93,14 +93,7 @@ func setHTTPCode(ctx context.Context, w http.ResponseWriter, _ proto.Message) er
 }
 
 // ErrorBody is the JSON of every error response.
-type ErrorBody struct {
-	// Message is a sentence a person can act on.
-	Message string `json:"message"`
-	// Code is the gRPC code in lower case ("not_found", ...).
-	Code string `json:"code"`
-	// Reason refines the code where clients branch on it ("CHAT_ARCHIVED").
-	Reason string `json:"reason,omitempty"`
-}
+type ErrorBody = httperror.Body
 
 // httpStatus maps a status to the contract's HTTP status: 400 bad input,
 // 401 no or bad token, 404 not found or not yours, 409 not allowed or
@@ -180,7 +173,5 @@ func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshale
 }
 
 func writeJSONError(w http.ResponseWriter, code int, grpcCode, reason, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(ErrorBody{Message: msg, Code: grpcCode, Reason: reason})
+	httperror.Write(w, code, grpcCode, reason, msg)
 }

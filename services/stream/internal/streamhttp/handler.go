@@ -4,8 +4,8 @@ package streamhttp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -21,6 +21,7 @@ import (
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/httperror"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
@@ -69,10 +70,31 @@ func (s *Server) log() *slog.Logger {
 	return s.Log
 }
 
-func writeError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]any{"code": code, "message": msg})
+// writeError answers a request the stream refused with the REST
+// contract's error body (pkg/httperror), as the api does.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	httperror.Write(w, status, grpcCodes[status], "", msg)
+}
+
+// writeCursorError refuses a resume cursor with ReasonInvalidCursor, on
+// which clients branch: reconnect without the cursor.
+func writeCursorError(w http.ResponseWriter, err error) {
+	httperror.Write(w, http.StatusBadRequest, grpcCodes[http.StatusBadRequest], ReasonInvalidCursor, err.Error())
+}
+
+// ReasonInvalidCursor is the error body's reason for a cursor the stream
+// refused (malformed, negative or ahead of the chat): start again without
+// one.
+const ReasonInvalidCursor = "INVALID_CURSOR"
+
+// grpcCodes names the statuses the stream answers with as the api's error
+// bodies do: the gRPC code in lower case.
+var grpcCodes = map[int]string{
+	http.StatusBadRequest:          "invalid_argument",
+	http.StatusUnauthorized:        "unauthenticated",
+	http.StatusNotFound:            "not_found",
+	http.StatusInternalServerError: "internal",
+	http.StatusServiceUnavailable:  "unavailable",
 }
 
 // TokenParam is the query parameter that carries the bearer token when the
@@ -107,28 +129,36 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return
 	}
-	chatID, err := uuid.Parse(r.PathValue("chat"))
+	rawID := r.PathValue("chat")
+	chatID, err := uuid.Parse(rawID)
 	if err != nil {
-		writeError(w, http.StatusNotFound, "chat not found")
+		// The API's wording and status for the same mistake (chatapi's
+		// parseID): a malformed id is bad input, not a missing chat.
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("chat_id %q is not a valid UUID", rawID))
 		return
 	}
 	sse := acceptsSSE(r)
 	raw := r.URL.Query().Get("cursor")
-	if sse && raw == "" {
-		raw = r.Header.Get("Last-Event-ID")
+	if id := r.Header.Get("Last-Event-ID"); sse && id != "" {
+		// Last-Event-ID wins over ?cursor=: an EventSource keeps the URL it
+		// was opened with and sends the id of the last event it received on
+		// every automatic reconnect, so the header is the newer position and
+		// the query's cursor would replay everything since the first
+		// connection.
+		raw = id
 	}
 	var resume *streamloop.Cursor
 	if raw != "" {
 		c, err := streamloop.DecodeCursor(raw)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			writeCursorError(w, err)
 			return
 		}
 		resume = &c
 	}
 	chat, err := queries.New(s.Pool).ChatGet(ctx, chatID)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && chat.OwnerID != claims.UserID {
-		writeError(w, http.StatusNotFound, "chat not found")
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && !owns(claims, chat) {
+		writeError(w, http.StatusNotFound, errNotFound)
 		return
 	}
 	if err != nil {
@@ -139,7 +169,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if resume != nil {
 		// State only moves forward, so a cursor not ahead now never will be.
 		if err := resume.CheckAgainst(chat); err != nil {
-			writeError(w, http.StatusBadRequest, err.Error())
+			writeCursorError(w, err)
 			return
 		}
 	}
@@ -163,6 +193,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.serveWebSocket(ctx, w, r, c)
 	}
+}
+
+// errNotFound answers both a missing chat and someone else's, as the API
+// does: a chat that is not the caller's is not acknowledged to exist.
+const errNotFound = "chat not found"
+
+// owns is the API's owner check (chatapi's owns): the token's user owns the
+// chat in the token's organization. The user alone is not enough: a token
+// speaks for one organization, and a chat of the same user in another
+// organization is not this token's to read.
+func owns(c auth.Claims, chat queries.Chat) bool {
+	return chat.OwnerID == c.UserID && chat.OrganizationID == c.OrganizationID
 }
 
 func acceptsSSE(r *http.Request) bool {

@@ -16,6 +16,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/auth"
@@ -37,6 +38,7 @@ type env struct {
 	t      *testing.T
 	ctx    context.Context
 	pool   *pgxpool.Pool
+	nc     *nats.Conn // the test's side: transitions publish on it
 	m      *chatstate.Machine
 	srv    *httptest.Server
 	org    uuid.UUID
@@ -55,7 +57,7 @@ func newEnvWith(t *testing.T, publish bool, poller *streamhttp.Poller, opts ...f
 	pool := dbtest.NewPool(t)
 	nc := natstest.NewConn(t)
 	log := slog.Default()
-	e := &env{t: t, ctx: ctx, pool: pool, org: uuid.New(), user: uuid.New()}
+	e := &env{t: t, ctx: ctx, pool: pool, nc: nc, org: uuid.New(), user: uuid.New()}
 	cfg := chatstate.Config{}
 	if publish {
 		cfg.AfterCommit = notify.NewPublisher(nc, log).AfterCommit
@@ -88,8 +90,11 @@ func newEnvWith(t *testing.T, publish bool, poller *streamhttp.Poller, opts ...f
 	return e
 }
 
-func (e *env) tokenFor(user uuid.UUID) string {
-	tok, err := e.signer.Sign(auth.Claims{UserID: user, OrganizationID: e.org}, time.Hour)
+func (e *env) tokenFor(user uuid.UUID) string { return e.tokenIn(user, e.org) }
+
+// tokenIn is a token of user speaking for organization org.
+func (e *env) tokenIn(user, org uuid.UUID) string {
+	tok, err := e.signer.Sign(auth.Claims{UserID: user, OrganizationID: org}, time.Hour)
 	require.NoError(e.t, err)
 	return tok
 }
@@ -440,4 +445,277 @@ func TestPollerDelivers(t *testing.T) {
 	p.Deregister(a2)
 	p.Deregister(b1)
 	require.NoError(t, p.PollOnce(e.ctx))
+}
+
+// wsURL is the WebSocket address of chat's stream (a raw path segment, so
+// malformed ids can be sent too), with query appended when not empty.
+func (e *env) wsURL(chat, query string) string {
+	u := "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/api/v2/chats/" + chat + "/stream"
+	if query != "" {
+		u += "?" + query
+	}
+	return u
+}
+
+// errorBody sends req and returns the status and the JSON error body's
+// message; it fails when the response is a stream or its body is not the
+// REST contract's error body.
+func (e *env) errorBody(req *http.Request) (int, string) {
+	e.t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	return resp.StatusCode, readErrorBody(e.t, resp)
+}
+
+func readErrorBody(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "an error, not a stream")
+	var body struct {
+		Code    string `json:"code"`
+		Reason  string `json:"reason"`
+		Message string `json:"message"`
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+	want := map[int]string{http.StatusBadRequest: "invalid_argument", http.StatusUnauthorized: "unauthenticated", http.StatusNotFound: "not_found"}
+	require.Equal(t, want[resp.StatusCode], body.Code, "the gRPC code of a %d", resp.StatusCode)
+	if resp.StatusCode == http.StatusBadRequest && strings.Contains(body.Message, "cursor") {
+		require.Equal(t, streamhttp.ReasonInvalidCursor, body.Reason, "a refused cursor's reason")
+	}
+	return body.Message
+}
+
+// TestOtherOrganizationNotFound: the owner check is the API's: the chat's
+// own user with a token for another organization is told the chat does not
+// exist, over SSE and WebSocket, and nothing is streamed.
+func TestOtherOrganizationNotFound(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.create()
+	other := uuid.New()
+	require.NoError(t, queries.New(e.pool).OrganizationEnsure(e.ctx, queries.OrganizationEnsureParams{ID: other, Name: "other"}))
+	tok := e.tokenIn(e.user, other)
+
+	code, msg := e.errorBody(e.request(id, tok, "", "", true))
+	require.Equal(t, http.StatusNotFound, code)
+	require.Equal(t, "chat not found", msg, "reads exactly like a missing chat")
+
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	ws, resp, err := websocket.Dial(ctx, e.wsURL(id.String(), ""), &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+	if ws != nil {
+		ws.CloseNow() //nolint:errcheck
+	}
+	require.Error(t, err, "the upgrade is refused")
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Equal(t, "chat not found", readErrorBody(t, resp))
+
+	// The same user in the chat's organization still streams.
+	c := e.connect(id, "")
+	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"}, summaries(c.next(t, 3)))
+}
+
+// TestMalformedChatID: a chat id that is not a UUID is bad input (400, the
+// API's sentence), not a missing chat.
+func TestMalformedChatID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/api/v2/chats/not-a-uuid/stream", nil)
+	require.NoError(t, err)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	code, msg := e.errorBody(req)
+	require.Equal(t, http.StatusBadRequest, code)
+	require.Equal(t, `chat_id "not-a-uuid" is not a valid UUID`, msg)
+
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	_, resp, err := websocket.Dial(ctx, e.wsURL("not-a-uuid", "access_token="+e.token), nil)
+	require.Error(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, `chat_id "not-a-uuid" is not a valid UUID`, readErrorBody(t, resp))
+}
+
+// TestLastEventIDWinsOverCursor: an EventSource opened with ?cursor=X keeps
+// that URL and sends Last-Event-ID on each reconnect; the header is the
+// newer position, so the stream resumes from it and repeats nothing.
+func TestLastEventIDWinsOverCursor(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.create()
+	e.reply(id, "hi!")
+	first := e.connect(id, "")
+	all := first.next(t, 4)
+	first.cancel()
+	require.Equal(t, []string{"message:system:sys", "message:user:hello", "message:assistant:hi!", "status:waiting"}, summaries(all))
+
+	// The URL's cursor is after the first message, the header's after the
+	// third: only what follows the header's is sent.
+	c := e.connectCursor(id, all[2].ID, all[0].ID)
+	require.Equal(t, []string{"status:waiting"}, summaries(c.next(t, 1)))
+	c.quiet(t, time.Second)
+}
+
+// TestCursorRejectionMessages: every refused cursor is a 400 whose message
+// says which cursor and what to do, over SSE (query and Last-Event-ID) and
+// WebSocket (the upgrade is refused), for malformed, negative and
+// ahead-of-state cursors.
+func TestCursorRejectionMessages(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	id := e.create()
+	boot := e.connect(id, "")
+	evs := boot.next(t, 3)
+	boot.cancel()
+	last, err := streamloop.DecodeCursor(evs[2].ID)
+	require.NoError(t, err)
+
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	neg := enc("c1.-1.0.0.0..0.0.0.0.0.0")
+	aheadAttempt := last
+	aheadAttempt.GenerationAttempt = e.chat(id).GenerationAttempt + 1
+	const hint = "; reconnect without a cursor to start from the current state"
+	cases := []struct {
+		name, cursor, want string // want: the whole message, or a prefix when it ends in "..."
+	}{
+		{"malformed", "abc", `the stream cursor "abc" is not one this server issued` + hint},
+		{"negative", neg, `the stream cursor "` + neg + `" holds a negative position, which no stream ever sends` + hint},
+		{"ahead", streamloop.Cursor{SnapshotVersion: 1 << 40}.Encode(),
+			"the stream cursor is ahead of this chat: it names snapshot version 1099511627776 but the chat is at ..."},
+		{"ahead generation attempt", aheadAttempt.Encode(),
+			fmt.Sprintf("the stream cursor is ahead of this chat: it names generation attempt %d but the chat is at %d, ",
+				aheadAttempt.GenerationAttempt, aheadAttempt.GenerationAttempt-1) + "..."},
+	}
+	check := func(how string, code int, msg, want string) {
+		t.Helper()
+		require.Equal(t, http.StatusBadRequest, code, how)
+		if p, ok := strings.CutSuffix(want, "..."); ok {
+			require.True(t, strings.HasPrefix(msg, p), "%s: %q", how, msg)
+			require.True(t, strings.HasSuffix(msg, hint), "%s: %q", how, msg)
+		} else {
+			require.Equal(t, want, msg, how)
+		}
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	for _, c := range cases {
+		code, msg := e.errorBody(e.request(id, e.token, c.cursor, "", true))
+		check(c.name+", SSE Last-Event-ID", code, msg, c.want)
+		code, msg = e.errorBody(e.request(id, e.token, "", c.cursor, true))
+		check(c.name+", SSE ?cursor=", code, msg, c.want)
+		ws, resp, err := websocket.Dial(ctx, e.wsURL(id.String(), "cursor="+c.cursor),
+			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + e.token}}})
+		if ws != nil {
+			ws.CloseNow() //nolint:errcheck
+		}
+		require.Error(t, err, "%s: the upgrade is refused", c.name)
+		check(c.name+", WebSocket ?cursor=", resp.StatusCode, readErrorBody(t, resp), c.want)
+	}
+	// The chat's own position is still accepted (connectCursor requires
+	// 200), its generation attempt included.
+	e.connectCursor(id, "", last.Encode()).cancel()
+}
+
+func (e *env) chat(id uuid.UUID) queries.Chat {
+	c, err := queries.New(e.pool).ChatGet(e.ctx, id)
+	require.NoError(e.t, err)
+	return c
+}
+
+// TestWebSocketHeartbeats: an idle WebSocket gets pings, and they carry and
+// change no position: the next event after the idle time has exactly the
+// cursor a connection resumed from the last event before it computes.
+func TestWebSocketHeartbeats(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t) // heartbeat every 300 ms
+	id := e.create()
+	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
+	defer cancel()
+	pings := make(chan struct{}, 64)
+	hdr := http.Header{"Authorization": {"Bearer " + e.token}}
+	ws, _, err := websocket.Dial(ctx, e.wsURL(id.String(), ""), &websocket.DialOptions{HTTPHeader: hdr,
+		OnPingReceived: func(context.Context, []byte) bool {
+			select {
+			case pings <- struct{}{}:
+			default:
+			}
+			return true // answer with a pong as usual
+		}})
+	require.NoError(t, err)
+	defer ws.CloseNow() //nolint:errcheck
+	// Control frames are handled inside Read, so one goroutine reads all
+	// along.
+	msgs := readWS(ctx, ws)
+	boot := nextWS(t, msgs, 3)
+	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"}, summaries(boot))
+
+	// The initial burst may end with a preview_reset, which carries the
+	// burst's final position; nothing else may come while idle.
+	last := boot[2].ID
+	for n := 0; n < 3; {
+		select {
+		case <-pings:
+			n++
+		case ev, ok := <-msgs:
+			require.True(t, ok, "the stream ended while idle")
+			require.True(t, n == 0 && ev.Data["type"] == "preview_reset", "an idle stream sent %s", ev.summary())
+			last = ev.ID
+		case <-ctx.Done():
+			t.Fatalf("%d of 3 pings before the deadline", n)
+		}
+	}
+
+	e.reply(id, "hi!")
+	got := nextWS(t, msgs, 2)
+	require.Equal(t, []string{"message:assistant:hi!", "status:waiting"}, summaries(got))
+
+	ws2, _, err := websocket.Dial(ctx, e.wsURL(id.String(), "cursor="+last), &websocket.DialOptions{HTTPHeader: hdr})
+	require.NoError(t, err)
+	defer ws2.CloseNow() //nolint:errcheck
+	want := nextWS(t, readWS(ctx, ws2), 2)
+	for i := range want {
+		require.Equal(t, want[i].ID, got[i].ID, "event %d: the cursor is as if no heartbeat had been sent", i)
+		require.Equal(t, want[i].Data, got[i].Data)
+	}
+}
+
+// readWS delivers ws's messages (preview_reset included) until it fails.
+func readWS(ctx context.Context, ws *websocket.Conn) <-chan sseEvent {
+	out := make(chan sseEvent, 64)
+	go func() {
+		defer close(out)
+		for {
+			_, data, err := ws.Read(ctx)
+			if err != nil {
+				return
+			}
+			var ev sseEvent
+			if json.Unmarshal(data, &ev.Data) != nil {
+				return
+			}
+			ev.ID, _ = ev.Data["cursor"].(string)
+			out <- ev
+		}
+	}()
+	return out
+}
+
+// nextWS returns the next n messages of msgs, skipping preview_reset.
+func nextWS(t *testing.T, msgs <-chan sseEvent, n int) []sseEvent {
+	t.Helper()
+	var out []sseEvent
+	deadline := time.After(10 * time.Second)
+	for len(out) < n {
+		select {
+		case ev, ok := <-msgs:
+			require.True(t, ok, "stream ended after %d of %d events", len(out), n)
+			require.NotEmpty(t, ev.ID, "every event carries a cursor")
+			if ev.Data["type"] != "preview_reset" {
+				out = append(out, ev)
+			}
+		case <-deadline:
+			t.Fatalf("timed out after %d of %d events", len(out), n)
+		}
+	}
+	return out
 }

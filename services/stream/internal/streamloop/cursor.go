@@ -51,8 +51,37 @@ const (
 )
 
 // ErrBadCursor is returned for a cursor that does not decode or that names a
-// state the chat has not reached.
+// state the chat has not reached. The error it is wrapped in reads as a
+// sentence for the client: the stream answers 400 with its text.
 var ErrBadCursor = errors.New("bad stream cursor")
+
+// cursorError is a rejected cursor whose text is meant for the person
+// debugging the client, so it names the cursor and what to do next rather
+// than this package's vocabulary.
+type cursorError struct{ msg string }
+
+func (e *cursorError) Error() string { return e.msg }
+func (e *cursorError) Unwrap() error { return ErrBadCursor }
+
+// reconnectHint ends every rejection: a client that lost its place can
+// always start over from the current state.
+const reconnectHint = "; reconnect without a cursor to start from the current state"
+
+// maxShownCursor bounds how much of a rejected cursor a message quotes: the
+// client chose its length, and an error body is no place to echo 512 bytes.
+const maxShownCursor = 64
+
+func badCursor(format string, args ...any) error {
+	return &cursorError{msg: fmt.Sprintf(format, args...) + reconnectHint}
+}
+
+// shownCursor is s quoted for a message, truncated to maxShownCursor.
+func shownCursor(s string) string {
+	if len(s) > maxShownCursor {
+		s = s[:maxShownCursor] + "..."
+	}
+	return strconv.Quote(s)
+}
 
 // Encode renders c opaquely (URL-safe, no padding, usable in a query string
 // and an SSE id: line).
@@ -90,13 +119,16 @@ var validStatus = map[string]bool{
 // DecodeCursor parses an encoded cursor. Any malformed or negative field is
 // ErrBadCursor.
 func DecodeCursor(s string) (Cursor, error) {
+	notIssued := func() error {
+		return badCursor("the stream cursor %s is not one this server issued", shownCursor(s))
+	}
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(s) > 512 {
-		return Cursor{}, fmt.Errorf("%w: not a cursor", ErrBadCursor)
+		return Cursor{}, notIssued()
 	}
 	f := strings.Split(string(raw), ".")
 	if !(len(f) == 12 && f[0] == cursorVersionV1 || len(f) == 14 && f[0] == cursorVersion) {
-		return Cursor{}, fmt.Errorf("%w: not a cursor", ErrBadCursor)
+		return Cursor{}, notIssued()
 	}
 	var n [13]int64
 	for i, v := range f[1:] {
@@ -105,15 +137,15 @@ func DecodeCursor(s string) (Cursor, error) {
 		}
 		x, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return Cursor{}, fmt.Errorf("%w: not a cursor", ErrBadCursor)
+			return Cursor{}, notIssued()
 		}
 		if x < 0 {
-			return Cursor{}, fmt.Errorf("%w: negative position", ErrBadCursor)
+			return Cursor{}, badCursor("the stream cursor %s holds a negative position, which no stream ever sends", shownCursor(s))
 		}
 		n[i] = x
 	}
 	if !validStatus[f[5]] || n[10] > 1 || n[12] > 1 {
-		return Cursor{}, fmt.Errorf("%w: not a cursor", ErrBadCursor)
+		return Cursor{}, notIssued()
 	}
 	c := Cursor{
 		SnapshotVersion: n[0], HistoryVersion: n[1], QueueVersion: n[2], RetryStateVersion: n[3],
@@ -124,23 +156,45 @@ func DecodeCursor(s string) (Cursor, error) {
 	if c.PendingHistory != 0 && c.PendingHistory <= c.HistoryVersion ||
 		c.PendingHistory == 0 && (c.LastMessageID != 0 || c.Reset) ||
 		c.PartSeq != 0 && c.GenerationAttempt == 0 {
-		return Cursor{}, fmt.Errorf("%w: inconsistent cursor", ErrBadCursor)
+		return Cursor{}, badCursor("the stream cursor %s contradicts itself, so this server did not issue it", shownCursor(s))
 	}
 	return c, nil
 }
 
 // CheckAgainst reports ErrBadCursor when c is ahead of the chat's committed
 // state: a client cannot have seen a version the chat never had.
+//
+// Within one history_version generation_attempt only grows (a history
+// change resets it), so an attempt beyond the chat's at the chat's own
+// history_version is ahead too; at an older history_version the chat's
+// attempt was reset and says nothing. PartSeq is not checked: parts are
+// ephemeral, held by the worker and the relay rather than the chats row, so
+// the database has no watermark to compare it with (a resume asks the relay
+// for the parts after it, and one past the episode's end just gets none).
 func (c Cursor) CheckAgainst(chat queries.Chat) error {
-	ahead := c.SnapshotVersion > chat.SnapshotVersion ||
-		c.HistoryVersion > chat.HistoryVersion ||
-		c.PendingHistory > chat.HistoryVersion ||
-		c.QueueVersion > chat.QueueVersion ||
-		c.RetryStateVersion > chat.RetryStateVersion ||
-		c.ErrorHistoryVersion > chat.HistoryVersion ||
-		c.ActionHistoryVersion > chat.HistoryVersion
-	if ahead {
-		return fmt.Errorf("%w: the cursor is ahead of the chat's state", ErrBadCursor)
+	for _, v := range [...]struct {
+		name         string
+		cursor, chat int64
+	}{
+		{"snapshot version", c.SnapshotVersion, chat.SnapshotVersion},
+		{"history version", c.HistoryVersion, chat.HistoryVersion},
+		{"pending history version", c.PendingHistory, chat.HistoryVersion},
+		{"queue version", c.QueueVersion, chat.QueueVersion},
+		{"retry state version", c.RetryStateVersion, chat.RetryStateVersion},
+		{"error history version", c.ErrorHistoryVersion, chat.HistoryVersion},
+		{"action history version", c.ActionHistoryVersion, chat.HistoryVersion},
+	} {
+		if v.cursor > v.chat {
+			return aheadOf(v.name, v.cursor, v.chat)
+		}
+	}
+	if c.HistoryVersion == chat.HistoryVersion && c.GenerationAttempt > chat.GenerationAttempt {
+		return aheadOf("generation attempt", c.GenerationAttempt, chat.GenerationAttempt)
 	}
 	return nil
+}
+
+func aheadOf(name string, cursor, chat int64) error {
+	return badCursor("the stream cursor is ahead of this chat: it names %s %d but the chat is at %d, "+
+		"so it was issued for another chat or before the chat's data was rolled back", name, cursor, chat)
 }

@@ -2,12 +2,14 @@ package streamloop_test
 
 import (
 	"encoding/base64"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
@@ -31,7 +33,46 @@ func TestCursorRoundTripAndRejects(t *testing.T) {
 	} {
 		_, err := streamloop.DecodeCursor(bad)
 		require.ErrorIs(t, err, streamloop.ErrBadCursor, "%q", bad)
+		require.True(t, strings.HasSuffix(err.Error(), "; reconnect without a cursor to start from the current state"),
+			"every rejection says what to do: %q", err)
 	}
+}
+
+// TestCursorRejectionSentences: the text of a rejection is what the client
+// reads in the 400 body; it quotes the cursor, shortened when long.
+func TestCursorRejectionSentences(t *testing.T) {
+	t.Parallel()
+	_, err := streamloop.DecodeCursor("abc")
+	require.EqualError(t, err, `the stream cursor "abc" is not one this server issued; `+
+		"reconnect without a cursor to start from the current state")
+	long := strings.Repeat("A", 600)
+	_, err = streamloop.DecodeCursor(long)
+	require.ErrorIs(t, err, streamloop.ErrBadCursor)
+	require.Contains(t, err.Error(), `"`+strings.Repeat("A", 64)+`..."`)
+	require.NotContains(t, err.Error(), strings.Repeat("A", 65))
+}
+
+// TestCheckAgainstGenerationAttempt: at the chat's own history_version a
+// cursor cannot be past the chat's generation attempt (it only grows until
+// history moves); at an older history_version the attempt was reset since,
+// so a larger one is fine. PartSeq is not checked: the chats row holds no
+// part watermark.
+func TestCheckAgainstGenerationAttempt(t *testing.T) {
+	t.Parallel()
+	chat := queries.Chat{SnapshotVersion: 10, HistoryVersion: 8, QueueVersion: 2, RetryStateVersion: 1, GenerationAttempt: 2}
+	at := func(hv, ga, seq int64) streamloop.Cursor {
+		return streamloop.Cursor{SnapshotVersion: 10, HistoryVersion: hv, QueueVersion: 2, RetryStateVersion: 1,
+			GenerationAttempt: ga, PartSeq: seq}
+	}
+	require.NoError(t, at(8, 2, 0).CheckAgainst(chat))
+	require.NoError(t, at(8, 1, 0).CheckAgainst(chat))
+	require.NoError(t, at(7, 5, 0).CheckAgainst(chat), "an older history's attempts were reset since")
+	require.NoError(t, at(8, 2, 1<<40).CheckAgainst(chat), "PartSeq is not checked")
+	err := at(8, 3, 0).CheckAgainst(chat)
+	require.ErrorIs(t, err, streamloop.ErrBadCursor)
+	require.EqualError(t, err, "the stream cursor is ahead of this chat: it names generation attempt 3 but the chat is at 2, "+
+		"so it was issued for another chat or before the chat's data was rolled back; "+
+		"reconnect without a cursor to start from the current state")
 }
 
 // TestResumeFromEveryCursor: for every event of a stream, a new loop resumed
