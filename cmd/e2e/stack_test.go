@@ -21,34 +21,53 @@ func TestFourServices(t *testing.T) {
 	chatID := s.Post(t, "/api/v2/chats", `{}`)["id"].(string)
 	events, closeEvents := s.OpenSSE(t, s.Streams[0], chatID, "")
 	defer closeEvents()
+	awaitBootstrap(t, s, events, "the stream")
 	s.Post(t, "/api/v2/chats/"+chatID+"/messages", `{"content":[{"type":"text","text":"::stream 40 40"}]}`)
 
+	evs := readTurn(t, s, events, time.After(60*time.Second), "the stream")
+
+	// The order from the first live part on, preview_reset aside (its
+	// place depends on how Syncs coalesce): every part, then the committed
+	// reply, then status waiting, and nothing else in between.
 	var parts strings.Builder
 	var committed string
-	partEvents := 0
-	deadline := time.After(60 * time.Second)
-	for {
-		var ev stacktest.SSEEvent
-		select {
-		case e, ok := <-events:
-			require.True(t, ok, "the stream ended early; stream stderr:\n%s", s.StreamProcs[0].Stderr())
-			ev = e
-		case <-deadline:
-			t.Fatalf("no waiting status within 60s (parts so far %q); worker stderr:\n%s\nrelay stderr:\n%s\nstream stderr:\n%s",
-				parts.String(), s.Worker.Stderr(), s.Relay.Stderr(), s.StreamProcs[0].Stderr())
+	var order []string
+	lastStatus := ""
+	for _, ev := range evs {
+		typ, _ := ev.Data["type"].(string)
+		switch {
+		case typ == "message_part":
+			if len(order) == 0 {
+				require.Equal(t, "running", lastStatus, "the chat's status when the first part arrived")
+			}
+			parts.WriteString(stacktest.PartText(ev))
+			if len(order) == 0 || order[len(order)-1] != "message_part" {
+				order = append(order, "message_part")
+			}
+			continue
+		case typ == "status":
+			lastStatus = stacktest.Status(ev)
+		case typ == "message":
+			if txt := stacktest.AssistantText(ev); txt != "" {
+				committed = txt
+			}
 		}
-		if txt := stacktest.PartText(ev); txt != "" {
-			parts.WriteString(txt)
-			partEvents++
-		}
-		if txt := stacktest.AssistantText(ev); txt != "" {
-			committed += txt
-		}
-		if committed != "" && stacktest.Status(ev) == "waiting" {
-			require.Positive(t, partEvents, "live parts arrived before the committed message")
-			require.Equal(t, committed, parts.String(), "the live parts are the committed text")
-			require.True(t, strings.HasPrefix(committed, "tok1 tok2"), committed)
-			return
+		if len(order) > 0 && typ != "preview_reset" {
+			order = append(order, typ+" "+describe(ev))
 		}
 	}
+	require.Equal(t, []string{"message_part", "message assistant", "status waiting"}, order,
+		"events from the first live part on (runs of parts as one)")
+	require.Equal(t, committed, parts.String(), "the live parts are the committed text")
+	require.True(t, strings.HasPrefix(committed, "tok1 tok2"), committed)
+}
+
+// describe is the role of a message event, or the status of a status
+// event, or "".
+func describe(ev stacktest.SSEEvent) string {
+	if m, ok := ev.Data["message"].(map[string]any); ok {
+		r, _ := m["role"].(string)
+		return r
+	}
+	return stacktest.Status(ev)
 }

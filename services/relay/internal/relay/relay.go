@@ -134,7 +134,10 @@ type Server struct {
 	// worker changes (to null and back) at every turn, and re-resolving
 	// and re-dialing the same worker each time costs a database read and
 	// a TCP and HTTP/2 handshake on the path to the first part. Guarded
-	// by mu; an entry is dropped when an upstream over it fails.
+	// by mu; an entry is dropped when an upstream over it cannot reach the
+	// worker (open or receive fails). A stream the relay itself ends — a
+	// seq gap, a part past the cap, a release — keeps it: the connection
+	// is fine, the episode's data was not.
 	workers map[uuid.UUID]*grpc.ClientConn
 }
 
@@ -464,7 +467,11 @@ func (u *upstream) apply(resp *chatdv1.StreamPartsResponse) error {
 	switch ev := resp.GetEvent().(type) {
 	case *chatdv1.StreamPartsResponse_Part:
 		want := int64(len(u.log)) + 1
-		if ev.Part.GetSeq() != want || u.closed {
+		if u.closed {
+			return status.Errorf(codes.Unavailable, "upstream of worker %s: episode (%d, %d): got part seq %d after the episode closed (last seq %d)",
+				u.key.worker, u.ep.hv, u.ep.ga, ev.Part.GetSeq(), u.lastSeq)
+		}
+		if ev.Part.GetSeq() != want {
 			return status.Errorf(codes.Unavailable, "upstream of worker %s: episode (%d, %d): got part seq %d, want %d",
 				u.key.worker, u.ep.hv, u.ep.ga, ev.Part.GetSeq(), want)
 		}

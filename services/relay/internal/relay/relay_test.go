@@ -31,13 +31,15 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 // partsWorker is a worker's parts endpoint as the worker runs it: the real
 // PartsService server (pkg/partsrpc) over a real part buffer, served on a
 // localhost listener and registered in chat_workers. A stream interceptor
-// counts the upstream streams the relay opens to it.
+// counts the upstream streams the relay opens to it, and passes what the
+// PartsService sends through the worker's wire (relay_gap_test.go).
 type partsWorker struct {
 	id    uuid.UUID
 	addr  string
 	buf   *partbuf.Buffer
 	parts *partsrpc.Server
 	gs    *grpc.Server
+	wire  atomic.Pointer[wire]
 
 	mu      sync.Mutex
 	streams int           // StreamParts calls opened
@@ -56,7 +58,7 @@ func newPartsWorker(t *testing.T, ctx context.Context, q *queries.Queries) *part
 	w.gs = grpc.NewServer(grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 		w.update(func() { w.streams++; w.open++ })
 		defer w.update(func() { w.open-- })
-		return h(srv, ss)
+		return h(srv, &wireStream{ServerStream: ss, w: w})
 	}))
 	w.parts.Register(w.gs)
 	go func() { _ = w.gs.Serve(lis) }()
