@@ -30,7 +30,7 @@ func TestBinary(t *testing.T) {
 		t.Parallel()
 		servicetest.CheckHelp(t, bin,
 			"CHATD_DATABASE_URL", "CHATD_NATS_URL", "CHATD_GRPC_ADDR", "CHATD_LOG_LEVEL", "CHATD_SHUTDOWN_TIMEOUT",
-			"CHATD_HTTP_ADDR", "CHATD_AUTH_SECRET", "CHATD_AUTH_JWKS_URL", "CHATD_RELAY_ADDR")
+			"CHATD_HTTP_ADDR", "CHATD_AUTH_SECRET", "CHATD_AUTH_JWKS_URL", "CHATD_RELAY_ADDR", "CHATD_STREAM_WRITE_TIMEOUT")
 	})
 
 	t.Run("rejects a bad address", func(t *testing.T) {
@@ -42,6 +42,11 @@ func TestBinary(t *testing.T) {
 	t.Run("refuses to run without a way to verify tokens", func(t *testing.T) {
 		t.Parallel()
 		servicetest.CheckRejects(t, bin, nil, "set CHATD_AUTH_SECRET")
+	})
+
+	t.Run("rejects a write timeout that is not positive", func(t *testing.T) {
+		t.Parallel()
+		servicetest.CheckRejects(t, bin, []string{"CHATD_STREAM_WRITE_TIMEOUT=0s"}, "CHATD_STREAM_WRITE_TIMEOUT: 0s is not positive")
 	})
 
 	t.Run("refuses to run without a database", func(t *testing.T) {

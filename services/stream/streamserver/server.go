@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,6 +35,8 @@ type Config struct {
 	JWKSURL string
 	// RelayAddr is the relay service's gRPC address.
 	RelayAddr string
+	// WriteTimeout bounds each write to a client (streamhttp.Server).
+	WriteTimeout time.Duration
 }
 
 // Declare adds the stream service's settings to v.
@@ -47,6 +50,8 @@ func (c *Config) Declare(v *service.Vars) {
 		"URL of a JWKS whose keys verify RS256/ES256 bearer tokens (optional; with or instead of CHATD_AUTH_SECRET).")
 	v.Addr(&c.RelayAddr, "CHATD_RELAY_ADDR", "127.0.0.1:7004",
 		"host:port of the relay service, which forwards live message parts from workers.", false)
+	v.Duration(&c.WriteTimeout, "CHATD_STREAM_WRITE_TIMEOUT", streamhttp.DefaultWriteTimeout,
+		"How long a client may take to accept an event or heartbeat before the stream drops it (it resumes with its cursor).")
 	v.Check(func() error {
 		if c.DatabaseURL == "" {
 			return errNoDatabase
@@ -112,7 +117,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	// stream loop of the chat (parthub).
 	hub := parthub.New(func(chatID uuid.UUID) parthub.Upstream { return relay.New(chatID) }, parthub.Options{})
 	srv := &streamhttp.Server{Pool: pool, NATS: nc, Verifier: verifier, Log: log, Poller: poller, Done: ctx.Done(),
-		Parts: hub.Parts}
+		Parts: hub.Parts, WriteTimeout: cfg.WriteTimeout}
 	return service.Run(ctx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,

@@ -31,8 +31,9 @@ const Path = "GET /api/v2/chats/{chat}/stream"
 
 // Defaults for Server's intervals.
 const (
-	DefaultHeartbeat = 15 * time.Second
-	DefaultPoll      = 10 * time.Second
+	DefaultHeartbeat    = 15 * time.Second
+	DefaultPoll         = 10 * time.Second
+	DefaultWriteTimeout = 30 * time.Second
 )
 
 // Server holds what every stream connection needs.
@@ -58,6 +59,11 @@ type Server struct {
 	Parts func(chatID uuid.UUID) streamloop.Parts
 	// Done, when set, ends every stream when closed (service shutdown).
 	Done <-chan struct{}
+	// WriteTimeout bounds each write of events or a heartbeat: a client
+	// that takes no data for that long (gone without a reset, or stopped
+	// reading) is dropped, and it resumes with its cursor when it comes
+	// back. Default DefaultWriteTimeout.
+	WriteTimeout time.Duration
 }
 
 // Register adds the endpoint to mux.
@@ -426,6 +432,8 @@ func interval(d, def time.Duration) time.Duration {
 	return d
 }
 
+var sseHeartbeat = []byte(": heartbeat\n\n")
+
 func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -435,6 +443,20 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn) {
 	w.WriteHeader(http.StatusOK)
 	if err := rc.Flush(); err != nil {
 		return
+	}
+	// Without a deadline a client that stopped reading would block the
+	// write, and the connection's loop with it, until TCP gave up. A
+	// writer that cannot take deadlines (not a network connection) writes
+	// without one.
+	timeout := interval(s.WriteTimeout, DefaultWriteTimeout)
+	write := func(b []byte) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		return rc.Flush()
 	}
 	// One buffer per connection, reused: a batch of events is one write
 	// and one flush.
@@ -460,17 +482,9 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn) {
 			buf = append(buf, "\n\n"...)
 			fr.Put(e.Cursor, false, buf[start:])
 		}
-		if _, err := w.Write(buf); err != nil {
-			return err
-		}
-		return rc.Flush()
+		return write(buf)
 	}
-	beat := func() error {
-		if _, err := w.Write([]byte(": heartbeat\n\n")); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
+	beat := func() error { return write(sseHeartbeat) }
 	c.run(ctx, send, beat)
 }
 
@@ -495,7 +509,7 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 				}
 				fr.Put(e.Cursor, true, buf)
 			}
-			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			wctx, cancel := context.WithTimeout(ctx, interval(s.WriteTimeout, DefaultWriteTimeout))
 			err := ws.Write(wctx, websocket.MessageText, buf)
 			cancel()
 			if err != nil {

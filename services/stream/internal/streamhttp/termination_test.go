@@ -1,7 +1,12 @@
 package streamhttp_test
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,4 +63,39 @@ func TestClientGoneEndsStream(t *testing.T) {
 	require.Equal(t, 1, srv.NATS.NumSubscriptions())
 	c.cancel()
 	require.Eventually(t, func() bool { return srv.NATS.NumSubscriptions() == 0 }, 5*time.Second, 20*time.Millisecond)
+}
+
+// TestClientThatStopsReadingIsDropped: a client that holds its connection
+// open but takes no more data (a frozen tab, a peer gone without a reset)
+// fills the socket buffers; the next write waits out the write timeout,
+// fails, and the loop ends and releases its subscription instead of
+// blocking for as long as TCP keeps the connection.
+func TestClientThatStopsReadingIsDropped(t *testing.T) {
+	t.Parallel()
+	var srv *streamhttp.Server
+	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { srv = s; s.WriteTimeout = 200 * time.Millisecond })
+	id := e.create()
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(4096))
+	_, err = fmt.Fprintf(conn, "GET /api/v2/chats/%s/stream HTTP/1.1\r\nHost: stream\r\nAccept: text/event-stream\r\nAuthorization: Bearer %s\r\n\r\n", id, e.token)
+	require.NoError(t, err)
+	// The response starts: the loop runs and has subscribed.
+	status, err := bufio.NewReader(io.LimitReader(conn, 64)).ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, status, "200")
+	require.Eventually(t, func() bool { return srv.NATS.NumSubscriptions() == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	// Replies of 256 KiB until the buffers are full and a write times out;
+	// the client never reads again. 200 replies (50 MiB) is far past any
+	// loopback socket's buffers.
+	big := strings.Repeat("x", 256<<10)
+	for i := 0; i < 200 && srv.NATS.NumSubscriptions() > 0; i++ {
+		e.reply(id, big)
+		e.send(id, "more")
+	}
+	require.Eventually(t, func() bool { return srv.NATS.NumSubscriptions() == 0 }, 10*time.Second, 20*time.Millisecond,
+		"the loop of a client that stopped reading ended")
 }
