@@ -61,8 +61,9 @@ type Server struct {
 	Done <-chan struct{}
 	// WriteTimeout bounds each write of events or a heartbeat: a client
 	// that takes no data for that long (gone without a reset, or stopped
-	// reading) is dropped, and it resumes with its cursor when it comes
-	// back. Default DefaultWriteTimeout.
+	// reading) is dropped — over SSE after between half of it and all of
+	// it — and it resumes with its cursor when it comes back. Default
+	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
 }
 
@@ -447,11 +448,18 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn) {
 	// Without a deadline a client that stopped reading would block the
 	// write, and the connection's loop with it, until TCP gave up. A
 	// writer that cannot take deadlines (not a network connection) writes
-	// without one.
+	// without one. The deadline moves only once half of it has passed, so
+	// every write still has at least half the timeout, and a chat sending
+	// hundreds of parts a second to thousands of watchers does not reset a
+	// timer per write.
 	timeout := interval(s.WriteTimeout, DefaultWriteTimeout)
+	var deadline time.Time
 	write := func(b []byte) error {
-		if err := rc.SetWriteDeadline(time.Now().Add(timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
-			return err
+		if now := time.Now(); deadline.Sub(now) < timeout/2 {
+			deadline = now.Add(timeout)
+			if err := rc.SetWriteDeadline(deadline); err != nil && !errors.Is(err, http.ErrNotSupported) {
+				return err
+			}
 		}
 		if _, err := w.Write(b); err != nil {
 			return err
