@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"github.com/chatd/chatd/cmd/internal/stacktest"
 	"github.com/chatd/chatd/pkg/service/servicetest"
 )
@@ -116,34 +119,31 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	}
 }
 
-// stageMeans reads the chatd_stage_duration_seconds sums and counts of a
+// stageMeans reads the chatd_stage_duration_seconds histograms of a
 // /metrics page and lists each turn-scoped stage's mean in milliseconds on
 // one line (a benchmark's log is cut after ten lines).
 func stageMeans(metrics string) string {
-	sums, counts := map[string]float64{}, map[string]float64{}
-	for _, line := range strings.Split(metrics, "\n") {
-		series, value, ok := strings.Cut(line, " ")
-		if !ok || !strings.HasPrefix(series, "chatd_stage_duration_seconds_") || !strings.Contains(series, `scope="turn"`) {
-			continue
-		}
-		_, rest, _ := strings.Cut(series, `stage="`)
-		stage, _, _ := strings.Cut(rest, `"`)
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			continue
-		}
-		switch {
-		case strings.HasPrefix(series, "chatd_stage_duration_seconds_sum"):
-			sums[stage] += v
-		case strings.HasPrefix(series, "chatd_stage_duration_seconds_count"):
-			counts[stage] += v
-		}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(metrics))
+	if err != nil {
+		return "unreadable /metrics: " + err.Error()
 	}
-	names := slices.Sorted(maps.Keys(counts))
+	sums, counts := map[string]float64{}, map[string]uint64{}
+	for _, m := range families["chatd_stage_duration_seconds"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["scope"] != "turn" {
+			continue
+		}
+		sums[labels["stage"]] += m.GetHistogram().GetSampleSum()
+		counts[labels["stage"]] += m.GetHistogram().GetSampleCount()
+	}
 	var out strings.Builder
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(counts)) {
 		if counts[name] > 0 {
-			fmt.Fprintf(&out, " %s=%.2fms", name, sums[name]/counts[name]*1000)
+			fmt.Fprintf(&out, " %s=%.2fms", name, sums[name]/float64(counts[name])*1000)
 		}
 	}
 	return out.String()

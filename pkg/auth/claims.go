@@ -39,6 +39,15 @@ type Claims struct {
 	ExpiresAt time.Time
 }
 
+// Owns reports whether a resource owned by ownerID in organizationID is the
+// token's: its user's, in the organization the token speaks for. The user
+// alone is not enough: a chat of the same user in another organization is
+// not this token's to read. Every endpoint answers a resource that is not
+// the caller's as if it did not exist.
+func (c Claims) Owns(ownerID, organizationID uuid.UUID) bool {
+	return ownerID == c.UserID && organizationID == c.OrganizationID
+}
+
 type claimsKey struct{}
 
 // WithClaims returns a copy of ctx that carries c.

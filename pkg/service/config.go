@@ -48,6 +48,18 @@ func (c *Common) DeclareCommon(v *Vars, grpcAddr string) {
 		"How long a graceful stop may wait for open calls after SIGTERM before closing them.")
 }
 
+// RequireDatabase refuses the settings without CHATD_DATABASE_URL, with
+// err (the service's sentence on why it needs Postgres), among the other
+// invalid settings: every service keeps or reads its state there.
+func (c *Common) RequireDatabase(v *Vars, err error) {
+	v.Check(func() error {
+		if c.DatabaseURL == "" {
+			return err
+		}
+		return nil
+	})
+}
+
 // DeclareMetrics adds CHATD_METRICS_ADDR (default def, "" for none) to v.
 // A service with its own HTTP listener serves /metrics there as well; for
 // the others (worker, relay) it is the only way to scrape them.

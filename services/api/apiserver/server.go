@@ -58,12 +58,7 @@ func (c *Config) Declare(v *service.Vars) {
 		"Largest upload accepted by POST /api/v2/files, in bytes (413 beyond it).")
 	v.Duration(&c.RequiresActionTimeout, "CHATD_REQUIRES_ACTION_TIMEOUT", chatstate.DefaultRequiresActionTimeout,
 		"How long a chat waits for dynamic tool results before the worker cancels the calls.")
-	v.Check(func() error {
-		if c.DatabaseURL == "" {
-			return errNoDatabase
-		}
-		return nil
-	})
+	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
 		if c.AuthSecret == "" && c.JWKSURL == "" {
 			return errNoAuth

@@ -37,12 +37,7 @@ func (c *Config) Declare(v *service.Vars) {
 	c.DeclareMetrics(v, "")
 	v.Addr(&c.AdvertiseAddr, "CHATD_ADVERTISE_ADDR", "",
 		"host:port other services dial for this relay; empty derives it from CHATD_GRPC_ADDR (an empty host becomes the hostname).", true)
-	v.Check(func() error {
-		if c.DatabaseURL == "" {
-			return errNoDatabase
-		}
-		return nil
-	})
+	c.RequireDatabase(v, errNoDatabase)
 }
 
 // Program describes the relay binary for service.Main.

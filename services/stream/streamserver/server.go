@@ -52,12 +52,7 @@ func (c *Config) Declare(v *service.Vars) {
 		"host:port of the relay service, which forwards live message parts from workers.", false)
 	v.Duration(&c.WriteTimeout, "CHATD_STREAM_WRITE_TIMEOUT", streamhttp.DefaultWriteTimeout,
 		"How long a client may take to accept an event or heartbeat before the stream drops it (it resumes with its cursor).")
-	v.Check(func() error {
-		if c.DatabaseURL == "" {
-			return errNoDatabase
-		}
-		return nil
-	})
+	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
 		if c.AuthSecret == "" && c.JWKSURL == "" {
 			return errNoAuth

@@ -102,12 +102,7 @@ func (c *Config) Declare(v *service.Vars) {
 		"Days a chat family must be idle before the worker archives it; 0 turns auto-archive off.")
 	v.Int(&c.TTFTTimeoutSeconds, "CHATD_TTFT_TIMEOUT_SECONDS", 0, 0,
 		"Seconds a model call may wait for its first token before it is retried; 0 is no timeout.")
-	v.Check(func() error {
-		if c.DatabaseURL == "" {
-			return errNoDatabase
-		}
-		return nil
-	})
+	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
 		if c.AcquireInterval <= 0 {
 			return errors.New("CHATD_ACQUIRE_INTERVAL: must be positive")

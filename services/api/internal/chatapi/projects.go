@@ -72,7 +72,7 @@ func (s *Server) callerProject(ctx context.Context, c auth.Claims, raw *string) 
 		return nil, err
 	}
 	p, err := s.q.ProjectGet(ctx, *id)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (p.OwnerID != c.UserID || p.OrganizationID != c.OrganizationID)) {
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !c.Owns(p.OwnerID, p.OrganizationID)) {
 		return nil, status.Errorf(codes.NotFound, "project %s not found", *id)
 	}
 	if err != nil {

@@ -140,10 +140,6 @@ func ensureCaller(ctx context.Context, q *queries.Queries, c auth.Claims) error 
 // acknowledged to exist.
 var errNotYours = status.Error(codes.NotFound, "chat not found")
 
-func owns(c auth.Claims, chat queries.Chat) bool {
-	return chat.OwnerID == c.UserID && chat.OrganizationID == c.OrganizationID
-}
-
 // readChat loads a chat the caller owns.
 func (s *Server) readChat(ctx context.Context, c auth.Claims, rawID string) (queries.Chat, error) {
 	id, err := parseID("chat_id", rawID)
@@ -154,7 +150,7 @@ func (s *Server) readChat(ctx context.Context, c auth.Claims, rawID string) (que
 	if err != nil {
 		return queries.Chat{}, s.fail(ctx, err)
 	}
-	if !owns(c, snap.Chat) {
+	if !c.Owns(snap.Chat.OwnerID, snap.Chat.OrganizationID) {
 		return queries.Chat{}, errNotYours
 	}
 	return snap.Chat, nil
@@ -168,7 +164,7 @@ func (s *Server) update(ctx context.Context, c auth.Claims, rawID string, fn fun
 		return chatstate.Result{}, err
 	}
 	res, err := s.machine.Update(ctx, id, func(tx *chatstate.Tx) error {
-		if !owns(c, tx.Chat()) {
+		if !c.Owns(tx.Chat().OwnerID, tx.Chat().OrganizationID) {
 			return errNotYours
 		}
 		return fn(tx)

@@ -164,7 +164,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		resume = &c
 	}
 	chat, err := queries.New(s.Pool).ChatGet(ctx, chatID)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && !owns(claims, chat) {
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && !claims.Owns(chat.OwnerID, chat.OrganizationID) {
 		writeError(w, http.StatusNotFound, errNotFound)
 		return
 	}
@@ -205,14 +205,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // errNotFound answers both a missing chat and someone else's, as the API
 // does: a chat that is not the caller's is not acknowledged to exist.
 const errNotFound = "chat not found"
-
-// owns is the API's owner check (chatapi's owns): the token's user owns the
-// chat in the token's organization. The user alone is not enough: a token
-// speaks for one organization, and a chat of the same user in another
-// organization is not this token's to read.
-func owns(c auth.Claims, chat queries.Chat) bool {
-	return chat.OwnerID == c.UserID && chat.OrganizationID == c.OrganizationID
-}
 
 func acceptsSSE(r *http.Request) bool {
 	for _, v := range r.Header.Values("Accept") {
@@ -503,6 +495,7 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 	}
 	defer ws.CloseNow() //nolint:errcheck // closing anyway
 	ctx = ws.CloseRead(ctx)
+	timeout := interval(s.WriteTimeout, DefaultWriteTimeout)
 	var buf, cursor []byte
 	send := func(evs []streamloop.Event) error {
 		for i, e := range evs {
@@ -517,7 +510,7 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 				}
 				fr.Put(e.Cursor, true, buf)
 			}
-			wctx, cancel := context.WithTimeout(ctx, interval(s.WriteTimeout, DefaultWriteTimeout))
+			wctx, cancel := context.WithTimeout(ctx, timeout)
 			err := ws.Write(wctx, websocket.MessageText, buf)
 			cancel()
 			if err != nil {

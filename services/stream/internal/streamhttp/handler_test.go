@@ -345,36 +345,24 @@ func TestWebSocket(t *testing.T) {
 	id := e.create()
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
-	url := "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/api/v2/chats/" + id.String() + "/stream"
-	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + e.token}}})
+	url := e.wsURL(id.String(), "")
+	ws, _, err := websocket.Dial(ctx, url, bearer(e.token))
 	require.NoError(t, err)
 	defer ws.CloseNow() //nolint:errcheck
-	read := func() sseEvent {
-		for {
-			_, data, err := ws.Read(ctx)
-			require.NoError(t, err)
-			var ev sseEvent
-			require.NoError(t, json.Unmarshal(data, &ev.Data))
-			ev.ID = ev.Data["cursor"].(string)
-			if ev.Data["type"] != "preview_reset" {
-				return ev
-			}
-		}
-	}
-	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"},
-		summaries([]sseEvent{read(), read(), read()}))
+	msgs := readWS(ctx, ws)
+	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"}, summaries(nextWS(t, msgs, 3)))
 	e.reply(id, "hi!")
-	a, b := read(), read()
-	require.Equal(t, []string{"message:assistant:hi!", "status:waiting"}, summaries([]sseEvent{a, b}))
+	evs := nextWS(t, msgs, 2)
+	b := evs[1]
+	require.Equal(t, []string{"message:assistant:hi!", "status:waiting"}, summaries(evs))
 	ws.Close(websocket.StatusNormalClosure, "") //nolint:errcheck
 
 	// Resume with ?cursor=.
 	e.send(id, "again")
-	ws2, _, err := websocket.Dial(ctx, url+"?cursor="+b.ID, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + e.token}}})
+	ws2, _, err := websocket.Dial(ctx, url+"?cursor="+b.ID, bearer(e.token))
 	require.NoError(t, err)
 	defer ws2.CloseNow() //nolint:errcheck
-	ws = ws2
-	require.Equal(t, []string{"message:user:again", "status:running"}, summaries([]sseEvent{read(), read()}))
+	require.Equal(t, []string{"message:user:again", "status:running"}, summaries(nextWS(t, readWS(ctx, ws2), 2)))
 	ws2.Close(websocket.StatusNormalClosure, "") //nolint:errcheck
 
 	// A browser cannot set headers on a WebSocket: the token may come as
@@ -382,8 +370,7 @@ func TestWebSocket(t *testing.T) {
 	ws3, _, err := websocket.Dial(ctx, url+"?access_token="+e.token+"&cursor="+b.ID, nil)
 	require.NoError(t, err)
 	defer ws3.CloseNow() //nolint:errcheck
-	ws = ws3
-	require.Equal(t, []string{"message:user:again", "status:running"}, summaries([]sseEvent{read(), read()}))
+	require.Equal(t, []string{"message:user:again", "status:running"}, summaries(nextWS(t, readWS(ctx, ws3), 2)))
 	for _, bad := range []string{"?access_token=", "?access_token=not-a-jwt", "?access_token=" + e.tokenFor(uuid.New())} {
 		_, resp, err := websocket.Dial(ctx, url+bad, nil)
 		require.Error(t, err, bad)
@@ -502,7 +489,7 @@ func TestOtherOrganizationNotFound(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
-	ws, resp, err := websocket.Dial(ctx, e.wsURL(id.String(), ""), &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+	ws, resp, err := websocket.Dial(ctx, e.wsURL(id.String(), ""), bearer(tok))
 	if ws != nil {
 		ws.CloseNow() //nolint:errcheck
 	}
@@ -604,7 +591,7 @@ func TestCursorRejectionMessages(t *testing.T) {
 		code, msg = e.errorBody(e.request(id, e.token, "", c.cursor, true))
 		check(c.name+", SSE ?cursor=", code, msg, c.want)
 		ws, resp, err := websocket.Dial(ctx, e.wsURL(id.String(), "cursor="+c.cursor),
-			&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + e.token}}})
+			bearer(e.token))
 		if ws != nil {
 			ws.CloseNow() //nolint:errcheck
 		}
@@ -669,7 +656,7 @@ func TestWebSocketHeartbeats(t *testing.T) {
 	got := nextWS(t, msgs, 2)
 	require.Equal(t, []string{"message:assistant:hi!", "status:waiting"}, summaries(got))
 
-	ws2, _, err := websocket.Dial(ctx, e.wsURL(id.String(), "cursor="+last), &websocket.DialOptions{HTTPHeader: hdr})
+	ws2, _, err := websocket.Dial(ctx, e.wsURL(id.String(), "cursor="+last), bearer(e.token))
 	require.NoError(t, err)
 	defer ws2.CloseNow() //nolint:errcheck
 	want := nextWS(t, readWS(ctx, ws2), 2)
@@ -677,6 +664,11 @@ func TestWebSocketHeartbeats(t *testing.T) {
 		require.Equal(t, want[i].ID, got[i].ID, "event %d: the cursor is as if no heartbeat had been sent", i)
 		require.Equal(t, want[i].Data, got[i].Data)
 	}
+}
+
+// bearer dials a WebSocket with tok in the Authorization header.
+func bearer(tok string) *websocket.DialOptions {
+	return &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}}
 }
 
 // readWS delivers ws's messages (preview_reset included) until it fails.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -143,13 +141,12 @@ func TestHubWebSocketAndSSE(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
-	url := "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/api/v2/chats/" + id.String() + "/stream"
 	dial := func(cursor string) *websocket.Conn {
-		u := url
+		query := ""
 		if cursor != "" {
-			u += "?cursor=" + cursor
+			query = "cursor=" + cursor
 		}
-		ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + e.token}}})
+		ws, _, err := websocket.Dial(ctx, e.wsURL(id.String(), query), bearer(e.token))
 		require.NoError(t, err)
 		t.Cleanup(func() { ws.CloseNow() }) //nolint:errcheck
 		return ws

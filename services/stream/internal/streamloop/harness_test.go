@@ -77,6 +77,65 @@ func (h *harness) send(id uuid.UUID, msg string) queries.Chat {
 	})
 }
 
+func (h *harness) acquire(id, worker uuid.UUID) queries.Chat {
+	return h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, worker, uuid.New()) })
+}
+
+func (h *harness) attempt(id uuid.UUID) queries.Chat {
+	return h.do(id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) })
+}
+
+func (h *harness) retryState(id uuid.UUID) queries.Chat {
+	return h.do(id, func(tx *chatstate.Tx) error {
+		return tx.RecordRetryState(h.ctx, chatstate.RetryState{Attempt: 1, DelayMS: 500, Error: "overloaded"})
+	})
+}
+
+func (h *harness) commitStep(id uuid.UUID, reply string) queries.Chat {
+	return h.do(id, func(tx *chatstate.Tx) error {
+		_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: text(reply)}}})
+		return err
+	})
+}
+
+func (h *harness) finishError(id uuid.UUID) queries.Chat {
+	return h.do(id, func(tx *chatstate.Tx) error { return tx.FinishError(h.ctx, "model failed") })
+}
+
+func (h *harness) interrupt(id uuid.UUID) queries.Chat {
+	return h.do(id, func(tx *chatstate.Tx) error { _, err := tx.Interrupt(h.ctx); return err })
+}
+
+// requireAction commits a dynamic tool call and parks the chat in
+// requires_action.
+func (h *harness) requireAction(id uuid.UUID) queries.Chat {
+	return h.do(id, func(tx *chatstate.Tx) error {
+		if _, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant,
+			Content: chatmsgToolCall("call-1")}}}); err != nil {
+			return err
+		}
+		return tx.EnterRequiresAction(h.ctx)
+	})
+}
+
+// editFirstUser replaces the chat's first user message with s.
+func (h *harness) editFirstUser(id uuid.UUID, s string) queries.Chat {
+	msgs, err := h.listVisible(id)
+	require.NoError(h.t, err)
+	var userID int64
+	for _, m := range msgs {
+		if m.Role == queries.ChatMessageRoleUser {
+			userID = m.ID
+			break
+		}
+	}
+	require.NotZero(h.t, userID)
+	return h.do(id, func(tx *chatstate.Tx) error {
+		_, err := tx.EditMessage(h.ctx, userID, chatstate.UserMessage(text(s)), nil)
+		return err
+	})
+}
+
 func (h *harness) chat(id uuid.UUID) queries.Chat {
 	c, err := queries.New(h.pool).ChatGet(h.ctx, id)
 	require.NoError(h.t, err)

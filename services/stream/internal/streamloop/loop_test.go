@@ -6,7 +6,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
@@ -89,12 +88,9 @@ func TestSyncDecisions(t *testing.T) {
 	v.apply(t, boot)
 	c0 := h.chat(id)
 
-	c1 := h.commitAndFinish(id, "hi!")            // message + waiting
-	c2 := h.send(id, "again")                     // message + running
-	c3 := h.do(id, func(tx *chatstate.Tx) error { // queue a message while running
-		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("queued")), chatstate.BusyQueue)
-		return err
-	})
+	c1 := h.commitAndFinish(id, "hi!") // message + waiting
+	c2 := h.send(id, "again")          // message + running
+	c3 := h.send(id, "queued")         // queue a message while running
 	require.Greater(t, c3.QueueVersion, c2.QueueVersion)
 
 	sync := func(c queries.Chat) []string {
@@ -149,18 +145,7 @@ func TestHistoryReset(t *testing.T) {
 	v.apply(t, evs)
 	require.Len(t, v.Messages, 3)
 
-	msgs, err := queries.New(h.pool).ChatMessageListVisible(h.ctx, id)
-	require.NoError(t, err)
-	var userID int64
-	for _, m := range msgs {
-		if m.Role == queries.ChatMessageRoleUser {
-			userID = m.ID
-		}
-	}
-	h.do(id, func(tx *chatstate.Tx) error {
-		_, err := tx.EditMessage(h.ctx, userID, chatstate.UserMessage(text("edited")), nil)
-		return err
-	})
+	h.editFirstUser(id, "edited")
 	evs, err = l.Sync(h.ctx, streamloop.HintsFromChat(h.chat(id)))
 	require.NoError(t, err)
 	require.Equal(t, []string{"history_reset", "message", "message", "status"}, types(evs))
@@ -180,7 +165,7 @@ func TestErrorAndActionRequired(t *testing.T) {
 	l := streamloop.New(h.pool, id, nil, nil)
 	_, err := l.Bootstrap(h.ctx)
 	require.NoError(t, err)
-	h.do(id, func(tx *chatstate.Tx) error { return tx.FinishError(h.ctx, "model failed") })
+	h.finishError(id)
 	evs, err := l.Sync(h.ctx, streamloop.HintsFromChat(h.chat(id)))
 	require.NoError(t, err)
 	require.Equal(t, []string{"status", "error"}, types(evs))
@@ -191,13 +176,7 @@ func TestErrorAndActionRequired(t *testing.T) {
 	l2 := streamloop.New(h.pool, id2, nil, nil)
 	_, err = l2.Bootstrap(h.ctx)
 	require.NoError(t, err)
-	h.do(id2, func(tx *chatstate.Tx) error {
-		if _, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant,
-			Content: chatmsgToolCall("call-1")}}}); err != nil {
-			return err
-		}
-		return tx.EnterRequiresAction(h.ctx)
-	})
+	h.requireAction(id2)
 	evs, err = l2.Sync(h.ctx, streamloop.HintsFromChat(h.chat(id2)))
 	require.NoError(t, err)
 	require.Equal(t, []string{"message", "status", "action_required"}, types(evs))
@@ -215,10 +194,7 @@ func TestRetryEvent(t *testing.T) {
 	l := streamloop.New(h.pool, id, nil, nil)
 	_, err := l.Bootstrap(h.ctx)
 	require.NoError(t, err)
-	h.do(id, func(tx *chatstate.Tx) error {
-		return tx.RecordRetryState(h.ctx, chatstate.RetryState{Attempt: 1, DelayMS: 500, Error: "overloaded"})
-	})
-	c := h.chat(id)
+	c := h.retryState(id)
 	evs, err := l.Sync(h.ctx, streamloop.HintsFromChat(c))
 	require.NoError(t, err)
 	require.Equal(t, []string{"retry"}, types(evs))

@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
@@ -30,8 +29,8 @@ func TestPartAcceptance(t *testing.T) {
 	h := newHarness(t)
 	id := h.create()
 	worker := uuid.New()
-	h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, worker, uuid.New()) })
-	c := h.do(id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) })
+	h.acquire(id, worker)
+	c := h.attempt(id)
 	require.EqualValues(t, 1, c.GenerationAttempt)
 
 	rec := &recParts{}
@@ -89,7 +88,7 @@ func TestPartAcceptance(t *testing.T) {
 
 	// A new attempt: preview_reset, the relay moves to it, and the old
 	// attempt's parts are dropped.
-	c = h.do(id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) })
+	c = h.attempt(id)
 	evs, err = l.Sync(h.ctx, streamloop.HintsFromChat(c))
 	require.NoError(t, err)
 	require.Equal(t, []string{"preview_reset"}, allTypes(evs))
@@ -101,9 +100,7 @@ func TestPartAcceptance(t *testing.T) {
 
 	// The attempt fails and waits for a retry: it is retired, its remaining
 	// parts are dropped (not a gap), and the cursor remembers it.
-	c = h.do(id, func(tx *chatstate.Tx) error {
-		return tx.RecordRetryState(h.ctx, chatstate.RetryState{Attempt: 1, DelayMS: 500, Error: "overloaded"})
-	})
+	c = h.retryState(id)
 	evs, err = l.Sync(h.ctx, streamloop.HintsFromChat(c))
 	require.NoError(t, err)
 	require.NotEmpty(t, evs)
@@ -111,7 +108,7 @@ func TestPartAcceptance(t *testing.T) {
 	require.Empty(t, part(hv, 2, 2, "retired"))
 	require.Empty(t, part(hv, 2, 5, "retired, not a gap"))
 	// The retry is a new attempt: parts flow again from seq 1.
-	c = h.do(id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) })
+	c = h.attempt(id)
 	evs, err = l.Sync(h.ctx, streamloop.HintsFromChat(c))
 	require.NoError(t, err)
 	require.Contains(t, allTypes(evs), "preview_reset")

@@ -1,7 +1,6 @@
 package streamloop_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"testing"
@@ -10,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
@@ -38,64 +36,6 @@ func (h *harness) loopPool() *pgxpool.Pool {
 	require.NoError(h.t, err)
 	h.t.Cleanup(p.Close)
 	return p
-}
-
-func (h *harness) acquire(id, worker uuid.UUID) queries.Chat {
-	return h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, worker, uuid.New()) })
-}
-
-func (h *harness) attempt(id uuid.UUID) queries.Chat {
-	return h.do(id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) })
-}
-
-func (h *harness) retryState(id uuid.UUID) queries.Chat {
-	return h.do(id, func(tx *chatstate.Tx) error {
-		return tx.RecordRetryState(h.ctx, chatstate.RetryState{Attempt: 1, DelayMS: 500, Error: "overloaded"})
-	})
-}
-
-func (h *harness) commitStep(id uuid.UUID, reply string) queries.Chat {
-	return h.do(id, func(tx *chatstate.Tx) error {
-		_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: text(reply)}}})
-		return err
-	})
-}
-
-func (h *harness) finishError(id uuid.UUID) queries.Chat {
-	return h.do(id, func(tx *chatstate.Tx) error { return tx.FinishError(h.ctx, "model failed") })
-}
-
-func (h *harness) interrupt(id uuid.UUID) queries.Chat {
-	return h.do(id, func(tx *chatstate.Tx) error { _, err := tx.Interrupt(h.ctx); return err })
-}
-
-// requireAction commits a dynamic tool call and parks the chat in
-// requires_action.
-func (h *harness) requireAction(id uuid.UUID) queries.Chat {
-	return h.do(id, func(tx *chatstate.Tx) error {
-		if _, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant,
-			Content: chatmsg.Content{chatmsg.ToolCall("call-1", "ask_user", json.RawMessage(`{"q":"?"}`))}}}}); err != nil {
-			return err
-		}
-		return tx.EnterRequiresAction(h.ctx)
-	})
-}
-
-func (h *harness) editFirstUser(id uuid.UUID, s string) queries.Chat {
-	msgs, err := h.listVisible(id)
-	require.NoError(h.t, err)
-	var userID int64
-	for _, m := range msgs {
-		if m.Role == queries.ChatMessageRoleUser {
-			userID = m.ID
-			break
-		}
-	}
-	require.NotZero(h.t, userID)
-	return h.do(id, func(tx *chatstate.Tx) error {
-		_, err := tx.EditMessage(h.ctx, userID, chatstate.UserMessage(text(s)), nil)
-		return err
-	})
 }
 
 // rawUpdate writes a chats row the transitions never write, bumping
