@@ -145,6 +145,7 @@ type upstream struct {
 	bytes    int
 	full     bool
 	failed   error
+	received int64 // parts taken from src, for tests (export_test.go)
 
 	// view is what the subscribers read, replaced (under mu) on every
 	// change: thousands of loops woken by one part read it without
@@ -226,11 +227,13 @@ func (u *upstream) pump() {
 			return
 		case p := <-c:
 			u.mu.Lock()
+			u.received++
 			changed := u.apply(p)
 		batch:
 			for n := 1; n < maxPumpBatch; n++ {
 				select {
 				case p = <-c:
+					u.received++
 					changed = u.apply(p) || changed
 				default:
 					break batch
