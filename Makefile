@@ -11,6 +11,21 @@ PKGS := $(addsuffix /...,$(MODULES))
 GOTESTFLAGS ?= -count=1 -timeout 20m
 BENCHFLAGS ?= -benchmem
 
+# The packages with concurrent code run under the race detector in
+# `make test` (the state machine, notifications, the part buffer and its
+# RPC, the hooks dispatcher, and every package of the worker, stream and
+# relay); the rest run without it, so the suite stays well inside CI's time.
+RACE_PATTERNS := ./pkg/chatstate/... ./pkg/notify/... ./pkg/partbuf/... ./pkg/partsrpc/... \
+	./pkg/hooks/... ./services/worker/... ./services/stream/... ./services/relay/...
+RACE_PKGS = $(shell go list $(RACE_PATTERNS))
+PLAIN_PKGS = $(filter-out $(RACE_PKGS),$(shell go list $(PKGS)))
+
+# `make stress` runs the tests that start goroutines many times on several
+# GOMAXPROCS under the race detector, as a loaded CI machine would schedule
+# them (STRESSFLAGS, STRESS_PKGS to narrow it).
+STRESSFLAGS ?= -race -count=50 -cpu 1,2,4 -timeout 60m
+STRESS_PKGS ?= $(RACE_PATTERNS)
+
 # The code generators are pinned in tools/go.mod, a module outside go.work
 # so their dependency trees never leak into the services' modules. They are
 # built into bin/ (gitignored) from the Go module cache, so generation runs
@@ -21,12 +36,13 @@ TOOLS_BUILD := cd tools && GOWORK=off go build -o ../bin/
 # check-generated fails when any of these differs from the commit.
 GENERATED := pkg/gen pkg/db/queries proto
 
-.PHONY: help dev test test-short bench vet fmt tidy proto sqlc generate check-generated
+.PHONY: help dev test test-short stress bench vet fmt tidy proto sqlc generate check-generated
 
 help:
 	@echo 'make dev              run the all-in-one dev stack (go run ./cmd/chatd dev)'
 	@echo 'make test             every module'"'"'s tests (GOTESTFLAGS="$(GOTESTFLAGS)")'
 	@echo 'make test-short       the same with -short'
+	@echo 'make stress           the concurrent packages under -race, 50 times on 1, 2 and 4 CPUs (STRESSFLAGS, STRESS_PKGS)'
 	@echo 'make bench            every benchmark (BENCHFLAGS="$(BENCHFLAGS)")'
 	@echo 'make vet              go vet on every module'
 	@echo 'make fmt              gofmt every hand-written Go file'
@@ -40,7 +56,11 @@ dev:
 	go run ./cmd/chatd dev
 
 test:
-	go test $(GOTESTFLAGS) $(PKGS)
+	go test $(GOTESTFLAGS) $(PLAIN_PKGS)
+	go test -race $(GOTESTFLAGS) $(RACE_PKGS)
+
+stress:
+	go test $(STRESSFLAGS) $(STRESS_PKGS)
 
 test-short:
 	go test -short -count=1 $(PKGS)

@@ -2,9 +2,12 @@ package devstack
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -31,6 +34,20 @@ func database(cfg Config) (dbURL string, stop func(), err error) {
 	}
 	dir := filepath.Join(cfg.DataDir, "postgres")
 	cluster, err := pgcluster.Start(dir, pgcluster.Options{Durable: true})
+	if errors.Is(err, pgcluster.ErrUnreachable) {
+		// As root in a private folder (a checkout under /root): keep the
+		// cluster where the postgres user can reach it, one per data
+		// directory.
+		dir = fallbackClusterDir(cfg.DataDir)
+		cfg.Log.Warn("the postgres user cannot enter the data directory; keeping the cluster elsewhere",
+			"data_dir", cfg.DataDir, "cluster_dir", dir)
+		if err = os.MkdirAll(filepath.Dir(dir), 0o755); err == nil { // traversable by postgres
+			cluster, err = pgcluster.Start(dir, pgcluster.Options{Durable: true})
+		}
+	}
+	if errors.Is(err, pgcluster.ErrUnreachable) {
+		return "", nil, fmt.Errorf("no Postgres: %w; set CHATD_DATABASE_URL to a server, or use a data directory the postgres user can enter (--data)", err)
+	}
 	if err != nil {
 		return "", nil, fmt.Errorf("no Postgres: set CHATD_DATABASE_URL to a server, or install the PostgreSQL server binaries (Debian: apt-get install postgresql) so chatd dev can keep one in %s: %w", dir, err)
 	}
@@ -42,6 +59,18 @@ func database(cfg Config) (dbURL string, stop func(), err error) {
 	u, _ := url.Parse(cluster.URL)
 	u.Path = "/" + databaseName
 	return u.String(), stop, nil
+}
+
+// fallbackClusterRoot holds the clusters of data directories the postgres
+// user cannot enter.
+const fallbackClusterRoot = "/var/lib/chatd-dev"
+
+// fallbackClusterDir is the cluster directory of dataDir under
+// fallbackClusterRoot: named by a hash of its absolute path, so each
+// checkout keeps its own cluster across runs.
+func fallbackClusterDir(dataDir string) string {
+	sum := sha256.Sum256([]byte(dataDir))
+	return filepath.Join(fallbackClusterRoot, hex.EncodeToString(sum[:8]), "postgres")
 }
 
 func ping(ctx context.Context, dbURL string) error {

@@ -68,6 +68,11 @@ func Run(ctx context.Context, cfg Config, ready func(Ready)) (err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("create the data directory %s: %w", cfg.DataDir, err)
 	}
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.release()
 
 	dbURL, stopDB, err := database(cfg)
 	if err != nil {
@@ -143,6 +148,7 @@ func Run(ctx context.Context, cfg Config, ready func(Ready)) (err error) {
 			errs <- terr
 			cancel()
 		} else if ready != nil {
+			lock.record(base)
 			ready(Ready{URL: base, Token: token, TokenFile: tokenFile, DatabaseURL: dbURL, Providers: providers})
 		}
 	}

@@ -69,6 +69,13 @@ type Options struct {
 	// RelayEnv holds extra KEY=value settings for the relay, e.g.
 	// CHATD_METRICS_ADDR.
 	RelayEnv []string
+	// DatabaseURL is a migrated database to use instead of a fresh one on
+	// the tests' server (the fault tests bring their own cluster, which
+	// they restart).
+	DatabaseURL string
+	// NATSURL is a NATS server to use instead of a fresh in-process one
+	// (the fault tests stop and start theirs).
+	NATSURL string
 }
 
 // Start builds and starts the stack with one worker and the given number
@@ -88,8 +95,13 @@ func StartWith(t testing.TB, o Options) *Stack {
 	if o.LogLevel == "" {
 		o.LogLevel = "warn"
 	}
-	dbURL := dbtest.NewDatabase(t)
-	natsURL := natstest.URL(t)
+	dbURL, natsURL := o.DatabaseURL, o.NATSURL
+	if dbURL == "" {
+		dbURL = dbtest.NewDatabase(t)
+	}
+	if natsURL == "" {
+		natsURL = natstest.URL(t)
+	}
 	root := RepoRoot(t)
 	common := []string{"CHATD_DATABASE_URL=" + dbURL, "CHATD_NATS_URL=" + natsURL, "CHATD_AUTH_SECRET=" + Secret, "CHATD_LOG_LEVEL=" + o.LogLevel}
 	common = append(common, o.Env...)

@@ -14,6 +14,11 @@ import (
 	"strconv"
 )
 
+// ErrUnreachable is returned by Start as root when the postgres user, which
+// the server runs as, cannot enter the cluster's directory (a checkout under
+// a private home such as /root, mode 0700).
+var ErrUnreachable = errors.New("the postgres user cannot enter the cluster directory")
+
 // Cluster is a running PostgreSQL server whose data lives in Dir/data.
 type Cluster struct {
 	// Dir holds data/ (the cluster), log and, when Options.Socket is set,
@@ -22,6 +27,9 @@ type Cluster struct {
 	// URL is the superuser's connection URL (database postgres, trust auth).
 	URL string
 	run func(name string, args ...string) *exec.Cmd
+	// settings are the server's -o options (its port among them), kept so
+	// Start can bring a stopped server back on the same address.
+	settings string
 }
 
 // Options tunes Start.
@@ -85,16 +93,27 @@ func Start(dir string, opts Options) (c *Cluster, err error) {
 	if !opts.Durable {
 		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}
-	logFile := filepath.Join(dir, "log")
-	if out, err := run(pgCtl, "-D", data, "-o", settings, "-l", logFile, "-w", "start").CombinedOutput(); err != nil {
-		log, _ := os.ReadFile(logFile)
-		return nil, fmt.Errorf("pg_ctl start: %v: %s %s", err, out, log)
+	c = &Cluster{
+		Dir:      dir,
+		URL:      fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
+		run:      run,
+		settings: settings,
 	}
-	return &Cluster{
-		Dir: dir,
-		URL: fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
-		run: run,
-	}, nil
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Start starts the server again after Stop, on the same port and with the
+// same settings (tests use it to restart Postgres under load).
+func (c *Cluster) Start() error {
+	logFile := filepath.Join(c.Dir, "log")
+	if out, err := c.run(Bin("pg_ctl"), "-D", filepath.Join(c.Dir, "data"), "-o", c.settings, "-l", logFile, "-w", "start").CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(logFile)
+		return fmt.Errorf("pg_ctl start: %v: %s %s", err, out, log)
+	}
+	return nil
 }
 
 // Stop shuts the server down (fast: open sessions are ended, data is kept).
@@ -146,6 +165,11 @@ func runner(dir string) (func(name string, args ...string) *exec.Cmd, error) {
 	runuser, err := exec.LookPath("runuser")
 	if err != nil {
 		return nil, fmt.Errorf("running as root: runuser is needed to run the cluster as the postgres user: %w", err)
+	}
+	// initdb would fail with a message about missing files: say what is
+	// wrong instead.
+	if err := exec.Command(runuser, "-u", "postgres", "--", "test", "-x", dir, "-a", "-w", dir).Run(); err != nil {
+		return nil, fmt.Errorf("%w: %s (a folder above it is private to root; the server runs as postgres)", ErrUnreachable, dir)
 	}
 	return func(name string, args ...string) *exec.Cmd {
 		cmd := exec.Command(runuser, append([]string{"-u", "postgres", "--", name}, args...)...)

@@ -51,3 +51,29 @@ func TestKeptClusterSurvivesARestart(t *testing.T) {
 	_, err = pgx.Connect(ctx, c1.URL)
 	require.Error(t, err, "the first server was stopped by the second start")
 }
+
+// TestStopAndStartKeepTheAddress: a stopped cluster started again serves
+// on the same URL, so clients configured with it reconnect (the fault tests
+// restart Postgres under load this way).
+func TestStopAndStartKeepTheAddress(t *testing.T) {
+	if _, err := os.Stat(pgcluster.Bin("initdb")); err != nil {
+		t.Fatalf("the PostgreSQL server binaries are needed (apt-get install postgresql): %v", err)
+	}
+	dir, err := os.MkdirTemp("/tmp", "chatd-pgc-")
+	require.NoError(t, err)
+	ctx := context.Background()
+	c, err := pgcluster.Start(dir, pgcluster.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Remove() })
+
+	require.NoError(t, c.Stop())
+	_, err = pgx.Connect(ctx, c.URL)
+	require.Error(t, err, "a stopped cluster refuses connections")
+	require.NoError(t, c.Start())
+	conn, err := pgx.Connect(ctx, c.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var one int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
+	require.Equal(t, 1, one)
+}
