@@ -36,10 +36,11 @@ TOOLS_BUILD := cd tools && GOWORK=off go build -o ../bin/
 # check-generated fails when any of these differs from the commit.
 GENERATED := pkg/gen pkg/db/queries proto
 
-.PHONY: help dev test test-short stress bench vet fmt tidy proto sqlc generate check-generated
+.PHONY: help dev install test test-short stress bench vet fmt tidy proto sqlc generate check-generated
 
 help:
-	@echo 'make dev              run the all-in-one dev stack (go run ./cmd/chatd dev)'
+	@echo 'make dev              run the all-in-one dev stack (bin/chatd dev)'
+	@echo 'make install          install the chatd CLI (go install ./cmd/chatd)'
 	@echo 'make test             every module'"'"'s tests (GOTESTFLAGS="$(GOTESTFLAGS)")'
 	@echo 'make test-short       the same with -short'
 	@echo 'make stress           the concurrent packages under -race, 50 times on 1, 2 and 4 CPUs (STRESSFLAGS, STRESS_PKGS)'
@@ -52,8 +53,17 @@ help:
 	@echo 'make generate         proto + sqlc'
 	@echo 'make check-generated  generate, then fail if generated code differs from the commit'
 
+# Built, then exec'd: make passes SIGTERM and SIGINT to its child, which is
+# then chatd itself (go run would die without passing them on and orphan
+# the stack).
 dev:
-	go run ./cmd/chatd dev
+	go build -o bin/chatd ./cmd/chatd
+	exec bin/chatd dev
+
+# The CLI on PATH: go install puts it in $(go env GOPATH)/bin.
+install:
+	go install ./cmd/chatd
+	@echo "installed $$(go env GOPATH)/bin/chatd (add $$(go env GOPATH)/bin to PATH if chatd is not found)"
 
 test:
 	go test $(GOTESTFLAGS) $(PLAIN_PKGS)

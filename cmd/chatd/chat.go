@@ -322,6 +322,8 @@ func chatSendFlags(fs *flag.FlagSet) func(context.Context, *chatRun, []string) i
 		switch {
 		case *asJSON:
 			return x.printJSON(raw)
+		case resp.Queued && resp.QueuedMessage != nil && *interrupt:
+			fmt.Fprintf(x.e.stdout, "interrupted the running turn; message %s goes next (queued until the interruption lands)\n", resp.QueuedMessage.ID)
 		case resp.Queued && resp.QueuedMessage != nil:
 			fmt.Fprintf(x.e.stdout, "queued message %s (the chat is busy)\n", resp.QueuedMessage.ID)
 		case resp.Message != nil:

@@ -129,7 +129,7 @@ func TestChatRequests(t *testing.T) {
 
 	code, stdout, stderr = cliStdin(t, environ, "line one\nline two\n", append([]string{"chat", "send", fakeChat, "--interrupt", "-"}, flags...)...)
 	require.Equal(t, exitOK, code, stderr)
-	require.Equal(t, "queued message 7 (the chat is busy)\n", stdout)
+	require.Equal(t, "interrupted the running turn; message 7 goes next (queued until the interruption lands)\n", stdout)
 
 	code, stdout, stderr = cliStdin(t, environ, "", append([]string{"chat", "list", "--archived"}, flags...)...)
 	require.Equal(t, exitOK, code, stderr)

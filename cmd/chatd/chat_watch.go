@@ -51,6 +51,9 @@ type watcher struct {
 	chatID    string
 	cursor    string // the id of the last event rendered
 	untilIdle bool
+	// failed is set when --until-idle saw status error: the watch ends
+	// after the next event, the error's reason.
+	failed bool
 	stderr    io.Writer
 	r         *renderer
 	// backoff is the first reconnect delay, doubled per failure up to
@@ -71,6 +74,11 @@ func (w *watcher) run(ctx context.Context) int {
 		switch {
 		case errors.As(err, &stop):
 			return stop.code
+		case w.failed:
+			// The chat ended in error and the stream ended before (or
+			// instead of) the reason.
+			w.r.endLine()
+			return exitFailed
 		case ctx.Err() != nil:
 			w.r.endLine()
 			if w.untilIdle {
@@ -187,13 +195,19 @@ func (w *watcher) handle(data string) error {
 	if !w.untilIdle {
 		return nil
 	}
+	if w.failed {
+		// The status said error; the event after it is the reason (the
+		// stream sends them in that order), printed above. Any other
+		// event means no reason is coming.
+		w.r.endLine()
+		return errStop{exitFailed}
+	}
 	switch status {
 	case "waiting", "requires_action":
 		w.r.endLine()
 		return errStop{exitOK}
 	case "error":
-		w.r.endLine()
-		return errStop{exitFailed}
+		w.failed = true
 	}
 	return nil
 }

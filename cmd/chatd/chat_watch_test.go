@@ -118,6 +118,26 @@ func TestWatchResumesFromCursorFlag(t *testing.T) {
 	require.Equal(t, []string{"c8"}, fake.lastEventIDs())
 }
 
+// TestWatchUntilIdlePrintsTheErrorReason: the error status comes before the
+// event with the reason; --until-idle prints the reason, then exits 1.
+func TestWatchUntilIdlePrintsTheErrorReason(t *testing.T) {
+	t.Parallel()
+	fake := &sseServer{t: t}
+	fake.scripts = []func(http.ResponseWriter, *http.Request){
+		func(w http.ResponseWriter, _ *http.Request) {
+			sseSend(w, "c1", sseStatus("error"))
+			sseSend(w, "c2", `{"type":"error","error":{"message":"the model provider refused the request","kind":"fatal"}}`)
+			sseSend(w, "c3", sseStatus("running")) // never read
+		},
+	}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+
+	code, stdout, _ := watchFake(t, srv, "--until-idle")
+	require.Equal(t, exitFailed, code)
+	require.Equal(t, "[error]\n[error (fatal): the model provider refused the request]\n", stdout)
+}
+
 func TestWatchPreviewResetPrintsAMarker(t *testing.T) {
 	t.Parallel()
 	fake := &sseServer{t: t}

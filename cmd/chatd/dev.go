@@ -6,6 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"github.com/chatd/chatd/cmd/internal/devstack"
@@ -24,7 +27,10 @@ func devCommand() *command {
 func runDev(ctx context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("chatd dev", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	httpAddr := fs.String("http", firstNonEmpty(e.getenv("CHATD_DEV_HTTP_ADDR"), "127.0.0.1:8080"), "host:port everything is served on (env CHATD_DEV_HTTP_ADDR).")
+	// CHATD_HTTP_ADDR is the one HTTP setting every service knows; in one
+	// process it can only mean the one port.
+	httpAddr := fs.String("http", firstNonEmpty(e.getenv("CHATD_DEV_HTTP_ADDR"), e.getenv("CHATD_HTTP_ADDR"), "127.0.0.1:8080"),
+		"host:port everything is served on (env CHATD_DEV_HTTP_ADDR, else CHATD_HTTP_ADDR).")
 	dataDir := fs.String("data", firstNonEmpty(e.getenv("CHATD_DEV_DATA_DIR"), ".chatd"), "Directory kept between runs: the Postgres cluster, the auth secret, the dev token (env CHATD_DEV_DATA_DIR).")
 	usage := func(w io.Writer) {
 		fmt.Fprintf(w, "Usage: chatd dev [--http 127.0.0.1:8080] [--data .chatd]\n\n")
@@ -65,7 +71,7 @@ func runDev(ctx context.Context, e *env, args []string) int {
 		} else {
 			fmt.Fprintf(e.stdout, "  Models: scripted (set OPENAI_API_KEY or ANTHROPIC_API_KEY for a real one)\n")
 		}
-		fmt.Fprintf(e.stdout, "\nTry: CHATD_URL=%s CHATD_TOKEN=$(cat %s) chatd chat new \"::stream 20 50\"\nCtrl-C stops everything.\n", r.URL, r.TokenFile)
+		fmt.Fprintf(e.stdout, "\nTry: CHATD_URL=%s CHATD_TOKEN=$(cat %s) %s chat new \"::stream 20 50\"\nCtrl-C stops everything.\n", r.URL, r.TokenFile, selfCommand())
 	})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "chatd dev: %s\n", err)
@@ -73,4 +79,29 @@ func runDev(ctx context.Context, e *env, args []string) int {
 	}
 	fmt.Fprintln(e.stderr, "chatd dev: stopped.")
 	return exitOK
+}
+
+// selfCommand is how the developer can run this CLI from where they are: the
+// binary's path when it lies under the working directory (make dev builds
+// bin/chatd), "chatd" when that is the one on PATH, else go run.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "go run ./cmd/chatd"
+	}
+	if onPath, err := exec.LookPath("chatd"); err == nil && sameFile(onPath, exe) {
+		return "chatd"
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, exe); err == nil && !strings.HasPrefix(rel, "..") {
+			return "./" + rel
+		}
+	}
+	return "go run ./cmd/chatd"
+}
+
+func sameFile(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }

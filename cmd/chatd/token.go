@@ -6,12 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/chatd/chatd/cmd/internal/devstack"
 	"github.com/chatd/chatd/pkg/auth"
 )
 
@@ -27,15 +30,17 @@ func tokenCommand() *command {
 func runToken(_ context.Context, e *env, args []string) int {
 	fs := flag.NewFlagSet("chatd token", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	sub := fs.String("sub", "", "The user's UUID (the token's sub claim).")
-	org := fs.String("org", "", "The organization's UUID (the token's org claim).")
+	sub := fs.String("sub", "", "The user's UUID (the token's sub claim; default: a new one).")
+	org := fs.String("org", "", "The organization's UUID (the token's org claim; default: a new one).")
 	admin := fs.Bool("admin", false, "Make the user a deployment admin (may manage providers and model configs).")
 	ttlText := fs.String("ttl", "720h", "How long the token is valid: a Go duration such as 720h or 90m, or days such as 30d.")
-	secret := fs.String("secret", "", "The HS256 secret, at least 32 bytes (default: $"+auth.EnvSecret+").")
+	secret := fs.String("secret", "", "The HS256 secret, at least 32 bytes (default: $"+auth.EnvSecret+", else the dev stack's).")
 	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: chatd token --sub <user-uuid> --org <org-uuid> [--admin] [--ttl 720h] [--secret S]\n\n")
+		fmt.Fprintf(w, "Usage: chatd token [--sub <user-uuid>] [--org <org-uuid>] [--admin] [--ttl 720h] [--secret S]\n\n")
 		fmt.Fprintf(w, "Prints a bearer token (HS256) on standard output, for the header\n")
-		fmt.Fprintf(w, "Authorization: Bearer <token>. The secret comes from --secret, else from %s.\n\nFlags:\n", auth.EnvSecret)
+		fmt.Fprintf(w, "Authorization: Bearer <token>. The secret comes from --secret, else from %s,\n", auth.EnvSecret)
+		fmt.Fprintf(w, "else from the dev stack's %s (in $CHATD_DEV_DATA_DIR, default .chatd).\n", devstack.IdentityFile)
+		fmt.Fprintf(w, "Without --sub or --org the token is for a new user or organization.\n\nFlags:\n")
 		fs.VisitAll(func(f *flag.Flag) {
 			fmt.Fprintf(w, "  --%-7s %s\n", f.Name, f.Usage)
 		})
@@ -65,6 +70,12 @@ func runToken(_ context.Context, e *env, args []string) int {
 	if err != nil {
 		return fail("%s.", err)
 	}
+	if *sub == "" {
+		fmt.Fprintf(e.stderr, "chatd token: for a new user %s (--sub chooses one)\n", userID)
+	}
+	if *org == "" {
+		fmt.Fprintf(e.stderr, "chatd token: in a new organization %s (--org chooses one)\n", orgID)
+	}
 	ttl, err := parseTTL(*ttlText)
 	if err != nil {
 		return fail("--ttl %s.", err)
@@ -73,7 +84,16 @@ func runToken(_ context.Context, e *env, args []string) int {
 		*secret = e.getenv(auth.EnvSecret)
 	}
 	if *secret == "" {
-		return fail("no secret: set %s or pass --secret.", auth.EnvSecret)
+		dataDir := firstNonEmpty(e.getenv("CHATD_DEV_DATA_DIR"), ".chatd")
+		dev, err := devstack.ReadSecret(dataDir)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return fail("no secret: set %s, pass --secret, or run chatd dev (make dev) once in this checkout, which keeps one in %s.",
+				auth.EnvSecret, filepath.Join(dataDir, devstack.IdentityFile))
+		case err != nil:
+			return fail("%s.", err)
+		}
+		*secret = dev
 	}
 	if err := auth.CheckSecret([]byte(*secret)); err != nil {
 		return fail("%s.", err)
@@ -96,10 +116,11 @@ func runToken(_ context.Context, e *env, args []string) int {
 }
 
 // uuidFlag parses the value of --name, which must be a UUID other than the
-// nil UUID, in the canonical 36-character form the server accepts.
+// nil UUID, in the canonical 36-character form the server accepts; an
+// empty value is a new UUID.
 func uuidFlag(name, value, what string) (uuid.UUID, error) {
 	if value == "" {
-		return uuid.Nil, fmt.Errorf("missing --%s (%s)", name, what)
+		return uuid.New(), nil
 	}
 	id, err := uuid.Parse(value)
 	if err != nil || len(value) != 36 || id == uuid.Nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,15 +71,14 @@ func TestTokenErrors(t *testing.T) {
 	t.Parallel()
 	sub, org := uuid.NewString(), uuid.NewString()
 	environ := map[string]string{auth.EnvSecret: testSecret}
+	noDevStack := map[string]string{"CHATD_DEV_DATA_DIR": t.TempDir()}
 	for name, tc := range map[string]struct {
 		environ map[string]string
 		args    []string
 		want    string
 	}{
-		"no secret":    {nil, []string{"--sub", sub, "--org", org}, "chatd token: no secret: set CHATD_AUTH_SECRET or pass --secret.\n"},
+		"no secret":    {noDevStack, []string{"--sub", sub, "--org", org}, "chatd token: no secret: set CHATD_AUTH_SECRET, pass --secret, or run chatd dev (make dev) once in this checkout, which keeps one in " + noDevStack["CHATD_DEV_DATA_DIR"] + "/identity.json.\n"},
 		"short secret": {map[string]string{auth.EnvSecret: "hunter2"}, []string{"--sub", sub, "--org", org}, "chatd token: the secret is 7 bytes long; it must be at least 32 (for example: openssl rand -hex 32).\n"},
-		"no sub":       {environ, []string{"--org", org}, "chatd token: missing --sub (the user's UUID).\n"},
-		"no org":       {environ, []string{"--sub", sub}, "chatd token: missing --org (the organization's UUID).\n"},
 		"bad sub":      {environ, []string{"--sub", "alice", "--org", org}, `chatd token: --sub "alice" is not a UUID; it must be the user's UUID, such as `},
 		"nil org":      {environ, []string{"--sub", sub, "--org", uuid.Nil.String()}, `chatd token: --org "00000000-0000-0000-0000-000000000000" is not a UUID; it must be the organization's UUID`},
 		"bad ttl":      {environ, []string{"--sub", sub, "--org", org, "--ttl", "forever"}, `chatd token: --ttl "forever" is not a duration such as 720h, 90m or 30d.` + "\n"},
@@ -91,7 +92,7 @@ func TestTokenErrors(t *testing.T) {
 			require.Equal(t, exitUsage, code)
 			require.Empty(t, stdout)
 			require.True(t, strings.HasPrefix(stderr, tc.want), "stderr: %s", stderr)
-			require.Contains(t, stderr, "Usage: chatd token --sub <user-uuid> --org <org-uuid>")
+			require.Contains(t, stderr, "Usage: chatd token [--sub <user-uuid>] [--org <org-uuid>]")
 			require.NotContains(t, stderr, testSecret)
 		})
 	}
@@ -101,4 +102,31 @@ func TestTokenErrors(t *testing.T) {
 	require.Contains(t, stdout, "Usage: chatd token")
 	require.Contains(t, stdout, "--ttl")
 	require.Contains(t, stdout, auth.EnvSecret)
+}
+
+// TestTokenInADevCheckout: with no arguments and no CHATD_AUTH_SECRET,
+// `chatd token` signs with the dev stack's secret for a new user in a new
+// organization, and says so on standard error.
+func TestTokenInADevCheckout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "identity.json"),
+		[]byte(`{"auth_secret":"`+testSecret+`","user_id":"`+uuid.NewString()+`","organization_id":"`+uuid.NewString()+`"}`), 0o600))
+	code, stdout, stderr := cli(t, map[string]string{"CHATD_DEV_DATA_DIR": dir}, "token")
+	require.Equal(t, exitOK, code, stderr)
+	require.Contains(t, stderr, "for a new user ")
+	require.Contains(t, stderr, "in a new organization ")
+	v, err := auth.NewVerifier(auth.Config{Secret: []byte(testSecret)})
+	require.NoError(t, err)
+	claims, err := v.Verify(context.Background(), strings.TrimSpace(stdout))
+	require.NoError(t, err)
+	require.NotEqual(t, uuid.Nil, claims.UserID)
+	require.NotEqual(t, uuid.Nil, claims.OrganizationID)
+	require.Contains(t, stderr, claims.UserID.String())
+
+	// Two calls: two users.
+	_, again, _ := cli(t, map[string]string{"CHATD_DEV_DATA_DIR": dir}, "token")
+	other, err := v.Verify(context.Background(), strings.TrimSpace(again))
+	require.NoError(t, err)
+	require.NotEqual(t, claims.UserID, other.UserID)
 }

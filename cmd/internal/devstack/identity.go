@@ -28,7 +28,7 @@ type identity struct {
 const tokenLifetime = 30 * 24 * time.Hour
 
 func loadIdentity(dir string) (identity, error) {
-	path := filepath.Join(dir, "identity.json")
+	path := filepath.Join(dir, IdentityFile)
 	var id identity
 	raw, err := os.ReadFile(path)
 	switch {
@@ -72,4 +72,23 @@ func writeToken(dir string, id identity) (token, path string, err error) {
 		return "", "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return token, path, nil
+}
+
+// IdentityFile is the file in the data directory that keeps the dev
+// stack's auth secret and its user and organization.
+const IdentityFile = "identity.json"
+
+// ReadSecret returns the auth secret a dev stack with dataDir keeps (for
+// `chatd token` in a dev checkout); an error wrapping os.ErrNotExist when
+// no stack ran there yet.
+func ReadSecret(dataDir string) (string, error) {
+	raw, err := os.ReadFile(filepath.Join(dataDir, IdentityFile))
+	if err != nil {
+		return "", err
+	}
+	var id identity
+	if err := json.Unmarshal(raw, &id); err != nil || len(id.Secret) < auth.MinSecretLen {
+		return "", fmt.Errorf("%s holds no usable secret (delete it and run chatd dev again)", filepath.Join(dataDir, IdentityFile))
+	}
+	return id.Secret, nil
 }

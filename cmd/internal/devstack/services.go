@@ -36,14 +36,21 @@ type settings struct {
 // has no other worker to hand chats to.
 var devDefaults = map[string]string{
 	"CHATD_DRAIN_SECONDS": "1",
-	// Addresses are required settings but unused: each service is given
-	// in-memory listeners instead.
+}
+
+// unusedAddrs are required settings the hosted services never bind: each
+// is given in-memory listeners instead, and the stack's one port is
+// Config.HTTPAddr (chatd dev reads CHATD_HTTP_ADDR into it).
+var unusedAddrs = map[string]string{
 	"CHATD_GRPC_ADDR": "127.0.0.1:0",
 	"CHATD_HTTP_ADDR": "127.0.0.1:0",
 }
 
 func (s settings) lookup(key string) (string, bool) {
 	if v, ok := s.fixed[key]; ok {
+		return v, true
+	}
+	if v, ok := unusedAddrs[key]; ok {
 		return v, true
 	}
 	if v := s.getenv(key); v != "" {
