@@ -57,7 +57,7 @@ func (c *Common) RequireDatabase(v *Vars, err error) {
 			return err
 		}
 		return nil
-	})
+	}, "CHATD_DATABASE_URL")
 }
 
 // DeclareMetrics adds CHATD_METRICS_ADDR (default def, "" for none) to v.

@@ -57,7 +57,7 @@ func TestMainProgram(t *testing.T) {
 			env("CHATD_GRPC_ADDR=localhost"), &stdout, &stderr)
 		require.Equal(t, service.ExitUsage, code)
 		require.Equal(t, "chatd-test: invalid settings:\n"+
-			"  CHATD_GRPC_ADDR: missing port in address \"localhost\"; want host:port such as :7001\n"+
+			"  CHATD_GRPC_ADDR: missing port in address \"localhost\"; want host:port such as :7009 (its default)\n"+
 			"  --log-level: \"loud\" is not a log level (debug, info, warn or error)\n"+
 			"Run 'chatd-test --help' to list every setting.\n", stderr.String())
 		require.Empty(t, seen.GRPCAddr, "bad settings do not run the service")

@@ -33,7 +33,7 @@ func (v *Vars) Addr(p *string, env, def, usage string, optional bool) {
 			*p = ""
 			return nil
 		}
-		if err := CheckAddr(raw); err != nil {
+		if err := checkAddr(raw, def); err != nil {
 			return err
 		}
 		*p = raw
@@ -43,15 +43,23 @@ func (v *Vars) Addr(p *string, env, def, usage string, optional bool) {
 
 // CheckAddr reports whether addr is a host:port a TCP listener or dialer
 // accepts, with a numeric port, in words fit for a startup error.
-func CheckAddr(addr string) error {
+func CheckAddr(addr string) error { return checkAddr(addr, "") }
+
+// checkAddr is CheckAddr whose hint shows the setting's default, or :7001
+// when it has none.
+func checkAddr(addr, def string) error {
+	example := ":7001"
+	if def != "" {
+		example = def + " (its default)"
+	}
 	if addr == "" {
-		return errors.New("empty; want host:port such as :7001")
+		return fmt.Errorf("empty; want host:port such as %s", example)
 	}
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		var aerr *net.AddrError
 		if errors.As(err, &aerr) {
-			return fmt.Errorf("%s %q; want host:port such as :7001", aerr.Err, addr)
+			return fmt.Errorf("%s %q; want host:port such as %s", aerr.Err, addr, example)
 		}
 		return err
 	}

@@ -20,7 +20,7 @@ type Vars struct {
 	program  string
 	summary  string
 	settings []*setting
-	checks   []func() error
+	checks   []check
 }
 
 // setting is one declared variable and the raw value Parse chose for it.
@@ -74,10 +74,32 @@ func (v *Vars) add(s *setting) {
 	v.settings = append(v.settings, s)
 }
 
-// Check adds a validation that runs after every setting parsed without
-// error, for rules that span several settings. Its error should name them.
-func (v *Vars) Check(fn func() error) {
-	v.checks = append(v.checks, fn)
+// check is a validation and the settings (env names) it reads.
+type check struct {
+	fn       func() error
+	settings []string
+}
+
+// Check adds a validation for rules that span settings (or require one);
+// its error should name them. It runs after the settings it reads parsed
+// without error, so one pass reports every problem at once; with no
+// settings named it runs only when every setting parsed.
+func (v *Vars) Check(fn func() error, settings ...string) {
+	v.checks = append(v.checks, check{fn: fn, settings: settings})
+}
+
+// blockedBy reports whether a setting c reads failed to parse (with none
+// named: whether any did).
+func (c check) blockedBy(failed map[string]bool) bool {
+	if len(c.settings) == 0 {
+		return len(failed) > 0
+	}
+	for _, env := range c.settings {
+		if failed[env] {
+			return true
+		}
+	}
+	return false
 }
 
 // Parse reads every declared setting from lookupEnv (os.LookupEnv in a real
@@ -105,16 +127,19 @@ func (v *Vars) Parse(args []string, lookupEnv func(string) (string, bool)) error
 		return fmt.Errorf("unexpected argument %q (settings are flags such as --grpc-addr=:7001)", fs.Arg(0))
 	}
 	var errs []error
+	failed := map[string]bool{}
 	for _, s := range v.settings {
 		if err := s.parse(s.raw); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", s.source, err))
+			failed[s.env] = true
 		}
 	}
-	if len(errs) == 0 {
-		for _, check := range v.checks {
-			if err := check(); err != nil {
-				errs = append(errs, err)
-			}
+	for _, c := range v.checks {
+		if c.blockedBy(failed) {
+			continue
+		}
+		if err := c.fn(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {

@@ -276,3 +276,41 @@ func TestAdvertiseAddr(t *testing.T) {
 	_, err = service.AdvertiseAddr("", "nonsense")
 	require.Error(t, err)
 }
+
+// TestEveryProblemInOnePass: a bad value and a failed rule on other
+// settings are reported together; a rule whose own setting failed to parse
+// is not (its error would only repeat the first).
+func TestEveryProblemInOnePass(t *testing.T) {
+	var c struct {
+		URL      string
+		Interval time.Duration
+		Addr     string
+	}
+	v := service.NewVars("chatd-test", "test")
+	v.String(&c.URL, "CHATD_DATABASE_URL", "", "Database.")
+	v.Duration(&c.Interval, "CHATD_ACQUIRE_INTERVAL", time.Second, "Interval.")
+	v.Addr(&c.Addr, "CHATD_RELAY_ADDR", "127.0.0.1:7004", "Relay.", false)
+	v.Check(func() error {
+		if c.URL == "" {
+			return errors.New("CHATD_DATABASE_URL is required")
+		}
+		return nil
+	}, "CHATD_DATABASE_URL")
+	v.Check(func() error {
+		if c.Interval <= 0 {
+			return errors.New("CHATD_ACQUIRE_INTERVAL: must be positive")
+		}
+		return nil
+	}, "CHATD_ACQUIRE_INTERVAL")
+	err := v.Parse(nil, env("CHATD_ACQUIRE_INTERVAL=soon", "CHATD_RELAY_ADDR=relay"))
+	var invalid *service.InvalidError
+	require.ErrorAs(t, err, &invalid)
+	var msgs []string
+	for _, e := range invalid.Errs {
+		msgs = append(msgs, e.Error())
+	}
+	require.Len(t, msgs, 3, "%q", msgs)
+	require.Contains(t, msgs[0], "CHATD_ACQUIRE_INTERVAL")
+	require.Equal(t, `CHATD_RELAY_ADDR: missing port in address "relay"; want host:port such as 127.0.0.1:7004 (its default)`, msgs[1])
+	require.Equal(t, "CHATD_DATABASE_URL is required", msgs[2])
+}

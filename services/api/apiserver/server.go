@@ -64,7 +64,7 @@ func (c *Config) Declare(v *service.Vars) {
 			return errNoAuth
 		}
 		return nil
-	})
+	}, "CHATD_AUTH_SECRET", "CHATD_AUTH_JWKS_URL")
 }
 
 // Program describes the api binary for service.Main.

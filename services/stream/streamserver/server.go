@@ -58,7 +58,7 @@ func (c *Config) Declare(v *service.Vars) {
 			return errNoAuth
 		}
 		return nil
-	})
+	}, "CHATD_AUTH_SECRET", "CHATD_AUTH_JWKS_URL")
 }
 
 // errNoDatabase refuses a stream without Postgres: every Sync reads the

@@ -108,7 +108,7 @@ func (c *Config) Declare(v *service.Vars) {
 			return errors.New("CHATD_ACQUIRE_INTERVAL: must be positive")
 		}
 		return nil
-	})
+	}, "CHATD_ACQUIRE_INTERVAL")
 }
 
 // Lease returns the ownership lease.
