@@ -54,8 +54,8 @@ type watcher struct {
 	// failed is set when --until-idle saw status error: the watch ends
 	// after the next event, the error's reason.
 	failed bool
-	stderr    io.Writer
-	r         *renderer
+	stderr io.Writer
+	r      *renderer
 	// backoff is the first reconnect delay, doubled per failure up to
 	// maxBackoff; idle is the silence after which a connection is dropped.
 	backoff, maxBackoff, idle time.Duration
