@@ -346,6 +346,10 @@ func FromAuthorizationHeader(header string) (string, error) {
 	}
 	scheme, rest, _ := strings.Cut(header, " ")
 	if !strings.EqualFold(scheme, "Bearer") {
+		if !isSchemeName(scheme) {
+			// Most likely the token without "Bearer ": never echo it.
+			return "", newError(ErrNoToken, "the Authorization header has no scheme; send Authorization: Bearer <token>", nil)
+		}
 		return "", newError(ErrNoToken, fmt.Sprintf("the Authorization header uses the %q scheme; send Authorization: Bearer <token>", scheme), nil)
 	}
 	token := strings.TrimSpace(rest)
@@ -356,6 +360,21 @@ func FromAuthorizationHeader(header string) (string, error) {
 		return "", newError(ErrInvalidToken, `the Authorization header is not of the form "Bearer <token>"`, nil)
 	}
 	return token, nil
+}
+
+// isSchemeName reports whether s looks like an HTTP authentication scheme
+// (Basic, Digest, Token…) rather than a credential: a short word of
+// letters.
+func isSchemeName(s string) bool {
+	if s == "" || len(s) > 16 {
+		return false
+	}
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && r != '-' {
+			return false
+		}
+	}
+	return true
 }
 
 // FetchKeys fetches the JWKS now (a service may call it at startup to learn

@@ -331,7 +331,7 @@ func TestFromAuthorizationHeader(t *testing.T) {
 		{"Bearer", "", auth.ErrNoToken, "the Authorization header says Bearer but has no token after it"},
 		{"Bearer   ", "", auth.ErrNoToken, "the Authorization header says Bearer but has no token after it"},
 		{"Basic dXNlcjpwYXNz", "", auth.ErrNoToken, `the Authorization header uses the "Basic" scheme; send Authorization: Bearer <token>`},
-		{"abc.def.ghi", "", auth.ErrNoToken, `the Authorization header uses the "abc.def.ghi" scheme; send Authorization: Bearer <token>`},
+		{"abc.def.ghi", "", auth.ErrNoToken, `the Authorization header has no scheme; send Authorization: Bearer <token>`}, // a bare token is never echoed
 		{"Bearer a b", "", auth.ErrInvalidToken, `the Authorization header is not of the form "Bearer <token>"`},
 		{"Bearerabc", "", auth.ErrNoToken, `the Authorization header uses the "Bearerabc" scheme; send Authorization: Bearer <token>`},
 	} {

@@ -12,29 +12,51 @@ import (
 
 	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/httperror"
 )
 
 // Reasons carried in an ErrorInfo detail so the REST facade can pick the
 // HTTP status the contract names where a gRPC code alone is ambiguous.
 const (
-	ReasonTransitionNotAllowed = "TRANSITION_NOT_ALLOWED"
-	ReasonChatArchived         = "CHAT_ARCHIVED"
-	ReasonPayloadTooLarge      = "PAYLOAD_TOO_LARGE"
-	ReasonQueueFull            = "QUEUE_FULL"
-	ReasonRequestIDReused      = "REQUEST_ID_REUSED"
-	ReasonNothingToCompact     = "NOTHING_TO_COMPACT"
-	ReasonNothingToClear       = "NOTHING_TO_CLEAR"
-	ReasonFamilyArchived       = "FAMILY_ARCHIVED"
+	ReasonTransitionNotAllowed  = "TRANSITION_NOT_ALLOWED"
+	ReasonChatArchived          = "CHAT_ARCHIVED"
+	ReasonPayloadTooLarge       = "PAYLOAD_TOO_LARGE"
+	ReasonQueueFull             = "QUEUE_FULL"
+	ReasonRequestIDReused       = "REQUEST_ID_REUSED"
+	ReasonNothingToCompact      = "NOTHING_TO_COMPACT"
+	ReasonNothingToClear        = "NOTHING_TO_CLEAR"
+	ReasonFamilyArchived        = "FAMILY_ARCHIVED"
+	ReasonChatInvalidState      = "CHAT_INVALID_STATE"
+	ReasonChatNotFound          = "CHAT_NOT_FOUND"
+	ReasonMessageNotFound       = "MESSAGE_NOT_FOUND"
+	ReasonQueuedMessageNotFound = "QUEUED_MESSAGE_NOT_FOUND"
 )
 
 // errorDomain names chatd in ErrorInfo details.
 const errorDomain = "chatd"
 
+// detailKey is the ErrorInfo metadata key of the developer's detail (the
+// REST body's "detail").
+const detailKey = "detail"
+
 // statusError builds a gRPC status with a reason detail.
 func statusError(code codes.Code, reason, msg string) error {
+	return detailedError(code, reason, msg, "")
+}
+
+// detailedError is statusError with the developer's detail (state names,
+// the transition refused) beside the sentence for a person.
+func detailedError(code codes.Code, reason, msg, detail string) error {
 	st := status.New(code, msg)
-	if reason != "" {
-		if withInfo, err := st.WithDetails(&errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}); err == nil {
+	if reason != "" || detail != "" {
+		info := &errdetails.ErrorInfo{Reason: reason, Domain: errorDomain}
+		if info.Reason == "" {
+			info.Reason = httperror.DefaultReason(code)
+		}
+		if detail != "" {
+			info.Metadata = map[string]string{detailKey: detail}
+		}
+		if withInfo, err := st.WithDetails(info); err == nil {
 			st = withInfo
 		}
 	}
@@ -58,21 +80,14 @@ func toStatus(log *slog.Logger, method string, err error) error {
 	var te *chatstate.TransitionError
 	switch {
 	case errors.As(err, &te):
-		switch te.State {
-		case chatstate.XW, chatstate.XE0, chatstate.XE1:
-			return statusError(codes.FailedPrecondition, ReasonChatArchived,
-				fmt.Sprintf("chat is archived: unarchive it first (%s)", te.Error()))
-		case chatstate.Invalid:
-			return statusError(codes.FailedPrecondition, ReasonTransitionNotAllowed,
-				"the chat is in an invalid state: POST /api/v2/chats/{chat}/reconcile-invalid to repair it")
-		}
-		return statusError(codes.FailedPrecondition, ReasonTransitionNotAllowed, te.Error())
+		reason, msg := refusal(te)
+		return detailedError(codes.FailedPrecondition, reason, msg, te.Error())
 	case errors.Is(err, chatstate.ErrChatNotFound):
-		return status.Error(codes.NotFound, "chat not found")
+		return statusError(codes.NotFound, ReasonChatNotFound, "The chat was not found.")
 	case errors.Is(err, chatstate.ErrMessageNotFound):
-		return status.Error(codes.NotFound, "message not found: it must be an active user message of this chat")
+		return statusError(codes.NotFound, ReasonMessageNotFound, "The message was not found: it must be an active user message of this chat.")
 	case errors.Is(err, chatstate.ErrQueuedMessageNotFound):
-		return status.Error(codes.NotFound, "queued message not found in this chat")
+		return statusError(codes.NotFound, ReasonQueuedMessageNotFound, "The queued message was not found in this chat.")
 	case errors.Is(err, chatstate.ErrFamilyArchived):
 		return statusError(codes.FailedPrecondition, ReasonFamilyArchived, sentence(err, chatstate.ErrFamilyArchived))
 	case errors.Is(err, chatstate.ErrInvalidArgument):

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc/codes"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/chatd/chatd/pkg/auth"
@@ -64,7 +65,7 @@ func (h *FilesHandler) claims(w http.ResponseWriter, r *http.Request) (auth.Clai
 		c, err = h.Verifier.Verify(r.Context(), token)
 	}
 	if err != nil {
-		writeJSONError(w, http.StatusUnauthorized, "unauthenticated", "", err.Error())
+		writeJSONError(w, http.StatusUnauthorized, codes.Unauthenticated, "", err.Error())
 		return auth.Claims{}, false
 	}
 	return c, true
@@ -77,7 +78,7 @@ func (h *FilesHandler) upload(w http.ResponseWriter, r *http.Request) {
 	}
 	mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mediaType == "" {
-		writeJSONError(w, http.StatusBadRequest, "invalid_argument", "",
+		writeJSONError(w, http.StatusBadRequest, codes.InvalidArgument, "",
 			"set Content-Type to the file's media type (for example image/png); the body is the file's bytes")
 		return
 	}
@@ -88,7 +89,7 @@ func (h *FilesHandler) upload(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if name == "" || len(name) > 255 || strings.ContainsAny(name, "/\\\x00") {
-		writeJSONError(w, http.StatusBadRequest, "invalid_argument", "",
+		writeJSONError(w, http.StatusBadRequest, codes.InvalidArgument, "",
 			"give the file a name with ?name= (1 to 255 characters, no slashes)")
 		return
 	}
@@ -96,14 +97,14 @@ func (h *FilesHandler) upload(w http.ResponseWriter, r *http.Request) {
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		writeJSONError(w, http.StatusRequestEntityTooLarge, "resource_exhausted", ReasonPayloadTooLarge,
+		writeJSONError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, ReasonPayloadTooLarge,
 			fmt.Sprintf("the file is over the upload limit of %d bytes", h.MaxBytes))
 		return
 	case err != nil:
-		writeJSONError(w, http.StatusBadRequest, "invalid_argument", "", "could not read the upload: "+err.Error())
+		writeJSONError(w, http.StatusBadRequest, codes.InvalidArgument, "", "could not read the upload: "+err.Error())
 		return
 	case len(data) == 0:
-		writeJSONError(w, http.StatusBadRequest, "invalid_argument", "", "the upload is empty")
+		writeJSONError(w, http.StatusBadRequest, codes.InvalidArgument, "", "the upload is empty")
 		return
 	}
 	ctx := r.Context()
@@ -132,7 +133,7 @@ func (h *FilesHandler) download(w http.ResponseWriter, r *http.Request) {
 	}
 	id, err := uuid.Parse(r.PathValue("file"))
 	notFound := func() {
-		writeJSONError(w, http.StatusNotFound, "not_found", "", "file not found (an evicted attachment has expired)")
+		writeJSONError(w, http.StatusNotFound, codes.NotFound, "", "file not found (an evicted attachment has expired)")
 	}
 	if err != nil {
 		notFound()
@@ -169,5 +170,5 @@ func (h *FilesHandler) internal(w http.ResponseWriter, what string, err error) {
 		log = slog.Default()
 	}
 	log.Error(what, "error", err)
-	writeJSONError(w, http.StatusInternalServerError, "internal", "", "internal error; the upload was not stored")
+	writeJSONError(w, http.StatusInternalServerError, codes.Internal, "", "internal error; the upload was not stored")
 }

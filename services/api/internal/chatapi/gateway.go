@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -56,6 +57,13 @@ func NewGateway(ctx context.Context, conn *grpc.ClientConn, maxBody int64) (http
 	}
 	mux := http.NewServeMux()
 	mux.Handle(APIPrefix, limitBody(gw, maxBody))
+	// Reserved (spec "Chat routes"): not a chat ID, so a 404 instead of
+	// the {chat} wildcard's "not a valid UUID".
+	reserved := func(w http.ResponseWriter, r *http.Request) {
+		writeJSONError(w, http.StatusNotFound, codes.NotFound, "", fmt.Sprintf("There is no endpoint %s %s.", r.Method, r.URL.Path))
+	}
+	mux.HandleFunc(APIPrefix+"chats/model-configs", reserved)
+	mux.HandleFunc(APIPrefix+"chats/model-configs/", reserved)
 	mux.HandleFunc("GET "+APIPrefix+"openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openapi.JSON)
@@ -67,7 +75,7 @@ func NewGateway(ctx context.Context, conn *grpc.ClientConn, maxBody int64) (http
 func limitBody(next http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > max {
-			writeJSONError(w, http.StatusRequestEntityTooLarge, "payload_too_large", ReasonPayloadTooLarge,
+			writeJSONError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, ReasonPayloadTooLarge,
 				fmt.Sprintf("the request body is %d bytes; the limit is %d bytes", r.ContentLength, max))
 			return
 		}
@@ -130,48 +138,70 @@ func httpStatus(st *status.Status, reason string) int {
 	return http.StatusInternalServerError
 }
 
-func reasonOf(st *status.Status) string {
+// reasonOf reads the status's ErrorInfo: its reason and the developer's
+// detail (metadata "detail").
+func reasonOf(st *status.Status) (reason, detail string) {
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
-			return info.GetReason()
+			return info.GetReason(), info.GetMetadata()[detailKey]
 		}
 	}
-	return ""
+	return "", ""
 }
 
 func writeError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, _ *http.Request, err error) {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) || strings.Contains(err.Error(), "http: request body too large") {
-		writeJSONError(w, http.StatusRequestEntityTooLarge, "payload_too_large", ReasonPayloadTooLarge,
+		writeJSONError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, ReasonPayloadTooLarge,
 			"the request body is over the size limit")
 		return
 	}
 	st := status.Convert(err)
 	msg := st.Message()
 	if st.Code() == codes.InvalidArgument {
-		// A body the gateway could not decode: say so plainly.
-		switch {
-		case strings.HasPrefix(msg, "proto:"):
-			msg = "the request body is not valid JSON for this endpoint: " + strings.TrimSpace(strings.TrimPrefix(msg, "proto:"))
-		case msg == "unexpected EOF" || msg == "EOF":
-			msg = "the request body is not valid JSON: it ended early"
-		}
+		msg = decodeMessage(msg)
 	}
-	reason := reasonOf(st)
-	writeJSONError(w, httpStatus(st, reason), strings.ToLower(st.Code().String()), reason, msg)
+	reason, detail := reasonOf(st)
+	httperror.Write(w, httperror.Error{Status: httpStatus(st, reason), Code: st.Code(), Reason: reason, Message: msg, Detail: detail})
 }
 
 func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {
 	switch httpStatus {
 	case http.StatusNotFound:
-		writeJSONError(w, http.StatusNotFound, "not_found", "", fmt.Sprintf("no endpoint %s %s", r.Method, r.URL.Path))
+		writeJSONError(w, http.StatusNotFound, codes.NotFound, "", fmt.Sprintf("There is no endpoint %s %s.", r.Method, r.URL.Path))
 	case http.StatusMethodNotAllowed:
-		writeJSONError(w, http.StatusMethodNotAllowed, "unimplemented", "", fmt.Sprintf("%s is not allowed on %s", r.Method, r.URL.Path))
+		writeJSONError(w, http.StatusMethodNotAllowed, codes.Unimplemented, "", fmt.Sprintf("%s is not allowed on %s.", r.Method, r.URL.Path))
 	default:
 		runtime.DefaultRoutingErrorHandler(ctx, mux, m, w, r, httpStatus)
 	}
 }
 
-func writeJSONError(w http.ResponseWriter, code int, grpcCode, reason, msg string) {
-	httperror.Write(w, code, grpcCode, reason, msg)
+func writeJSONError(w http.ResponseWriter, status int, code codes.Code, reason, msg string) {
+	httperror.Write(w, httperror.Error{Status: status, Code: code, Reason: reason, Message: msg})
+}
+
+var (
+	unknownFieldRe = regexp.MustCompile(`unknown field "([^"]{1,64})"`)
+	linePosRe      = regexp.MustCompile(`\(line (\d+):(\d+)\)`)
+)
+
+// decodeMessage rewords the error of a body the gateway could not decode
+// (protojson's words) as a sentence, keeping only what helps the caller:
+// the unknown field's name or where the JSON went wrong. Other messages
+// (the handlers' own) pass through.
+func decodeMessage(msg string) string {
+	switch {
+	case msg == "unexpected EOF" || msg == "EOF":
+		return "The request body is not valid JSON: it ended early."
+	case !strings.HasPrefix(msg, "proto:"):
+		return msg
+	}
+	if m := unknownFieldRe.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("The request body has a field this endpoint does not know: %q (see /api/v2/openapi.json).", m[1])
+	}
+	where := ""
+	if m := linePosRe.FindStringSubmatch(msg); m != nil {
+		where = fmt.Sprintf(" at line %s, column %s", m[1], m[2])
+	}
+	return "The request body does not match this endpoint" + where + ": a value has the wrong type or the JSON is malformed (see /api/v2/openapi.json)."
 }

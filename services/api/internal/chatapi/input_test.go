@@ -48,7 +48,7 @@ func TestInputRules(t *testing.T) {
 		{"bad page_size", "GET", "/api/v2/chats?page_size=1000", nil, 400, "page_size"},
 		{"bad page_token", "GET", "/api/v2/chats?page_token=zzz", nil, 400, "page_token"},
 		{"bad dynamic tool name", "POST", "/api/v2/chats", map[string]any{"content": textContent("x"), "dynamic_tools": []map[string]any{{"name": "has space"}}}, 400, "dynamic_tools[0]"},
-		{"unknown route", "GET", "/api/v2/nope", nil, 404, "no endpoint"},
+		{"unknown route", "GET", "/api/v2/nope", nil, 404, "There is no endpoint"},
 	}
 	before := a.snapshot(id)
 	for _, c := range cases {
@@ -76,8 +76,11 @@ func TestInputRules(t *testing.T) {
 	require.Contains(t, r.str("message"), "chat is archived")
 	require.Equal(t, chatapi.ReasonChatArchived, r.str("reason"))
 
-	// Not allowed: 409 naming the state.
+	// Not allowed: 409 with a sentence; the state machine's words only in
+	// the detail.
 	r = a.call("POST", chat+"/clear", tok, nil)
 	require.Equal(t, http.StatusConflict, r.code)
-	require.Contains(t, r.str("message"), "ClearContext not allowed in R1")
+	require.Equal(t, "This chat is running a turn, so its context cannot be cleared now.", r.str("message"))
+	require.Equal(t, chatapi.ReasonTransitionNotAllowed, r.str("reason"))
+	require.Contains(t, r.str("detail"), "ClearContext not allowed in R1")
 }

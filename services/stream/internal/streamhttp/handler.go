@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc/codes"
 
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/queries"
@@ -80,29 +81,19 @@ func (s *Server) log() *slog.Logger {
 // writeError answers a request the stream refused with the REST
 // contract's error body (pkg/httperror), as the api does.
 func writeError(w http.ResponseWriter, status int, msg string) {
-	httperror.Write(w, status, grpcCodes[status], "", msg)
+	httperror.Write(w, httperror.Error{Status: status, Code: httperror.FromHTTPStatus(status), Message: msg})
 }
 
 // writeCursorError refuses a resume cursor with ReasonInvalidCursor, on
 // which clients branch: reconnect without the cursor.
 func writeCursorError(w http.ResponseWriter, err error) {
-	httperror.Write(w, http.StatusBadRequest, grpcCodes[http.StatusBadRequest], ReasonInvalidCursor, err.Error())
+	httperror.Write(w, httperror.Error{Status: http.StatusBadRequest, Code: codes.InvalidArgument, Reason: ReasonInvalidCursor, Message: err.Error()})
 }
 
 // ReasonInvalidCursor is the error body's reason for a cursor the stream
 // refused (malformed, negative or ahead of the chat): start again without
 // one.
 const ReasonInvalidCursor = "INVALID_CURSOR"
-
-// grpcCodes names the statuses the stream answers with as the api's error
-// bodies do: the gRPC code in lower case.
-var grpcCodes = map[int]string{
-	http.StatusBadRequest:          "invalid_argument",
-	http.StatusUnauthorized:        "unauthenticated",
-	http.StatusNotFound:            "not_found",
-	http.StatusInternalServerError: "internal",
-	http.StatusServiceUnavailable:  "unavailable",
-}
 
 // TokenParam is the query parameter that carries the bearer token when the
 // client cannot send an Authorization header: browsers' WebSocket and
