@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"google.golang.org/grpc/codes"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
 
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/queries"
