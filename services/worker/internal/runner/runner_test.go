@@ -99,7 +99,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	pool := dbtest.NewPool(t)
+	return newEnvOn(t, dbtest.NewPool(t))
+}
+
+// newEnvOn is newEnv over pool.
+func newEnvOn(t *testing.T, pool *pgxpool.Pool) *env {
+	t.Helper()
 	nc := natstest.NewConn(t)
 	e := &env{
 		t: t, ctx: context.Background(), pool: pool, nc: nc,
