@@ -83,7 +83,7 @@ func (c *commits) maxAttempt(id uuid.UUID) int64 {
 }
 
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	ctx      context.Context
 	pool     *pgxpool.Pool
 	machine  *chatstate.Machine
@@ -103,7 +103,7 @@ func newEnv(t *testing.T) *env {
 }
 
 // newEnvOn is newEnv over pool.
-func newEnvOn(t *testing.T, pool *pgxpool.Pool) *env {
+func newEnvOn(t testing.TB, pool *pgxpool.Pool) *env {
 	t.Helper()
 	nc := natstest.NewConn(t)
 	e := &env{
