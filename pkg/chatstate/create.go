@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -95,7 +96,10 @@ func (m *Machine) Create(ctx context.Context, p CreateParams) (CreateResult, err
 			}
 			rootID = &root
 		}
-		now := m.cfg.Now()
+		now, err := m.createNow(ctx, q)
+		if err != nil {
+			return err
+		}
 		chat, err := q.ChatInsert(ctx, queries.ChatInsertParams{
 			ID: p.ID, OrganizationID: p.OrganizationID, OwnerID: p.OwnerID,
 			ParentChatID: p.ParentChatID, RootChatID: rootID,
@@ -137,4 +141,16 @@ func (m *Machine) Create(ctx context.Context, p CreateParams) (CreateResult, err
 	}
 	m.afterCommit(ctx, res.Snapshot)
 	return res, nil
+}
+
+// createNow is Create's clock: the injected one, else Postgres's.
+func (m *Machine) createNow(ctx context.Context, q *queries.Queries) (time.Time, error) {
+	if m.cfg.Now != nil {
+		return m.cfg.Now(), nil
+	}
+	now, err := q.DatabaseNow(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read the database clock: %w", err)
+	}
+	return now, nil
 }

@@ -19,7 +19,12 @@ const DefaultRequiresActionTimeout = 5 * time.Minute
 
 // Config tunes a Machine. The zero value is usable.
 type Config struct {
-	// Now is the clock; tests inject a fixed one. Default time.Now.
+	// Now is the bundles' clock; tests inject a fixed one. Nil (every
+	// service) takes each bundle's clock from Postgres
+	// (statement_timestamp() once the chat's lock is granted), so that
+	// message times and the requires_action deadline follow one clock
+	// across replicas whatever their own clocks say. Leases never use it:
+	// heartbeats are always written on Postgres's clock.
 	Now func() time.Time
 	// RequiresActionTimeout sets requires_action_deadline_at. Default 5m.
 	RequiresActionTimeout time.Duration
@@ -37,9 +42,6 @@ type Machine struct {
 
 // New returns a Machine over pool.
 func New(pool *pgxpool.Pool, cfg Config) *Machine {
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
 	if cfg.RequiresActionTimeout <= 0 {
 		cfg.RequiresActionTimeout = DefaultRequiresActionTimeout
 	}
@@ -115,11 +117,11 @@ func (m *Machine) View(ctx context.Context, id uuid.UUID, fn func(*Tx) error) er
 	if err != nil {
 		return fmt.Errorf("view chat %s: %w", id, err)
 	}
-	queueLen, err := q.ChatQueueLen(ctx, id)
+	row, err := q.ChatQueueLenAndNow(ctx, id)
 	if err != nil {
 		return fmt.Errorf("count queue of chat %s: %w", id, err)
 	}
-	return fn(&Tx{m: m, q: q, chat: chat, queueLen: queueLen, now: m.cfg.Now(), readOnly: true})
+	return fn(&Tx{m: m, q: q, chat: chat, queueLen: row.QueueLen, now: m.now(row.Now), readOnly: true})
 }
 
 // Get reads a chat's current snapshot without locking it.
@@ -167,11 +169,20 @@ func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID) (*Tx, erro
 	if err != nil {
 		return nil, fmt.Errorf("lock chat %s: %w", id, err)
 	}
-	queueLen, err := q.ChatQueueLen(ctx, id)
+	row, err := q.ChatQueueLenAndNow(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("count queue of chat %s: %w", id, err)
 	}
-	return &Tx{m: m, q: q, chat: chat, queueLen: queueLen, now: m.cfg.Now()}, nil
+	return &Tx{m: m, q: q, chat: chat, queueLen: row.QueueLen, now: m.now(row.Now)}, nil
+}
+
+// now is a bundle's clock reading: the injected clock's, else Postgres's
+// (db, read inside the bundle).
+func (m *Machine) now(db time.Time) time.Time {
+	if m.cfg.Now != nil {
+		return m.cfg.Now()
+	}
+	return db
 }
 
 // Tx is an open transition bundle on one locked chat. Its methods are the
@@ -202,7 +213,10 @@ func (tx *Tx) State() State { return tx.snapshot().State() }
 // fields through it: only transitions may.
 func (tx *Tx) Queries() *queries.Queries { return tx.q }
 
-// Now is the bundle's clock reading, shared by all its transitions.
+// Now is the bundle's clock reading, shared by all its transitions:
+// Postgres's statement_timestamp() when the Machine has no injected clock.
+// Code comparing a stored time (a deadline) with the present compares it
+// with this, never with its own clock.
 func (tx *Tx) Now() time.Time { return tx.now }
 
 func (tx *Tx) snapshot() Snapshot { return Snapshot{Chat: tx.chat, QueueLen: tx.queueLen} }

@@ -12,7 +12,8 @@ import (
 )
 
 // Acquire makes (workerID, runnerID) the chat's owner and inserts the
-// runner's initial heartbeat row. It does not touch execution state, so a
+// runner's initial heartbeat row, on Postgres's clock (never the bundle's
+// injected one: a lease is judged by statement_timestamp()). It does not touch execution state, so a
 // pending compaction request is carried.
 func (tx *Tx) Acquire(ctx context.Context, workerID, runnerID uuid.UUID) error {
 	from, err := tx.begin(Acquire)
@@ -24,7 +25,7 @@ func (tx *Tx) Acquire(ctx context.Context, workerID, runnerID uuid.UUID) error {
 		return fmt.Errorf("acquire chat %s: %w", tx.chat.ID, err)
 	}
 	tx.chat = row
-	if err := tx.q.ChatHeartbeatInsert(ctx, queries.ChatHeartbeatInsertParams{ChatID: tx.chat.ID, RunnerID: runnerID, HeartbeatAt: tx.now}); err != nil {
+	if err := tx.q.ChatHeartbeatInsert(ctx, queries.ChatHeartbeatInsertParams{ChatID: tx.chat.ID, RunnerID: runnerID}); err != nil {
 		return fmt.Errorf("insert heartbeat for chat %s runner %s: %w", tx.chat.ID, runnerID, err)
 	}
 	return tx.land(ctx, Acquire, from, "")
@@ -77,7 +78,9 @@ func (tx *Tx) CommitStep(ctx context.Context, step Step) ([]queries.ChatMessage,
 
 // EnterRequiresAction parks a running chat until the client submits results
 // for the pending dynamic tool calls already committed in history. The
-// deadline is the machine's RequiresActionTimeout from now.
+// deadline is the machine's RequiresActionTimeout from the bundle's clock
+// (Postgres's in every service), so a worker whose clock is behind or
+// ahead sets no early or late deadline.
 func (tx *Tx) EnterRequiresAction(ctx context.Context) error {
 	from, err := tx.begin(EnterRequiresAction)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/modelconfig"
 )
 
@@ -172,7 +173,9 @@ func (f *fixture) waitingForLock(t *testing.T, org uuid.UUID) {
 // holdLock takes org's lock in a transaction of its own and returns it.
 func (f *fixture) holdLock(t *testing.T, org uuid.UUID) pgx.Tx {
 	t.Helper()
-	tx, err := f.pool.Begin(f.ctx)
+	// Its own session, like another api replica's: the test goroutine
+	// keeps using the pool while the lock is held.
+	tx, err := dbtest.OtherSession(t, f.pool).Begin(f.ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(f.ctx) })
 	_, err = tx.Exec(f.ctx, `SELECT pg_advisory_xact_lock($1)`, modelconfig.OrganizationLockKey(org))

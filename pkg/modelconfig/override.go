@@ -101,7 +101,13 @@ type ResolvedOverride struct {
 // caller falls back to the chat model. err is set only when the override
 // or its provider cannot be read, which stops preparation.
 func (s *Store) ResolveModelOverride(ctx context.Context, orgID uuid.UUID, use string) (res ResolvedOverride, ok bool, unusable string, err error) {
-	q := queries.New(s.pool)
+	return s.Reader().ResolveModelOverride(ctx, orgID, use)
+}
+
+// ResolveModelOverride is Store.ResolveModelOverride through r's query
+// handle.
+func (r Reader) ResolveModelOverride(ctx context.Context, orgID uuid.UUID, use string) (res ResolvedOverride, ok bool, unusable string, err error) {
+	q := r.q
 	row, err := q.ChatOrganizationModelOverrideGet(ctx, queries.ChatOrganizationModelOverrideGetParams{OrganizationID: orgID, Context: use})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return res, false, "", nil
@@ -123,7 +129,7 @@ func (s *Store) ResolveModelOverride(ctx context.Context, orgID uuid.UUID, use s
 	case !c.Enabled:
 		return res, false, fmt.Sprintf("model config %s (%s) is disabled", c.ID, c.Model), nil
 	}
-	prov, err := s.GetProvider(ctx, c.ProviderID)
+	prov, err := r.GetProvider(ctx, c.ProviderID)
 	if errors.Is(err, ErrNotFound) {
 		return res, false, fmt.Sprintf("the provider of model config %s (%s) no longer exists", c.ID, c.Model), nil
 	}
@@ -139,7 +145,13 @@ func (s *Store) ResolveModelOverride(ctx context.Context, orgID uuid.UUID, use s
 // UserCompactionThreshold returns the user's personal compaction threshold
 // for model config id; ok is false when the user has none.
 func (s *Store) UserCompactionThreshold(ctx context.Context, userID, id uuid.UUID) (threshold int32, ok bool, err error) {
-	t, err := queries.New(s.pool).ChatUserCompactionThresholdGet(ctx, queries.ChatUserCompactionThresholdGetParams{UserID: userID, ModelConfigID: id})
+	return s.Reader().UserCompactionThreshold(ctx, userID, id)
+}
+
+// UserCompactionThreshold is Store.UserCompactionThreshold through r's
+// query handle.
+func (r Reader) UserCompactionThreshold(ctx context.Context, userID, id uuid.UUID) (threshold int32, ok bool, err error) {
+	t, err := r.q.ChatUserCompactionThresholdGet(ctx, queries.ChatUserCompactionThresholdGetParams{UserID: userID, ModelConfigID: id})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}

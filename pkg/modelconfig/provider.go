@@ -227,7 +227,12 @@ func (s *Store) CreateProvider(ctx context.Context, in ProviderCreate) (Provider
 
 // GetProvider returns provider id.
 func (s *Store) GetProvider(ctx context.Context, id uuid.UUID) (Provider, error) {
-	row, err := queries.New(s.pool).ChatProviderGet(ctx, id)
+	return s.Reader().GetProvider(ctx, id)
+}
+
+// GetProvider is Store.GetProvider through r's query handle.
+func (r Reader) GetProvider(ctx context.Context, id uuid.UUID) (Provider, error) {
+	row, err := r.q.ChatProviderGet(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Provider{}, notFound("provider %s not found", id)
 	}

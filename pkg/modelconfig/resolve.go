@@ -7,8 +7,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-
-	"github.com/chatd/chatd/pkg/db/queries"
 )
 
 // ResolveForChat selects the model config a chat of organization orgID runs
@@ -25,7 +23,12 @@ import (
 // preparation) and want the spec's fallback call it with the stored ID and,
 // on ErrInvalid, again with nil.
 func (s *Store) ResolveForChat(ctx context.Context, orgID uuid.UUID, requested *uuid.UUID) (ModelConfig, error) {
-	q := queries.New(s.pool)
+	return s.Reader().ResolveForChat(ctx, orgID, requested)
+}
+
+// ResolveForChat is Store.ResolveForChat through r's query handle.
+func (r Reader) ResolveForChat(ctx context.Context, orgID uuid.UUID, requested *uuid.UUID) (ModelConfig, error) {
+	q := r.q
 	if requested != nil {
 		row, err := q.ChatModelConfigGetWithProvider(ctx, *requested)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (row.ChatModelConfig.Deleted || row.ChatModelConfig.OrganizationID != orgID)) {

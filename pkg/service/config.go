@@ -3,6 +3,8 @@ package service
 import (
 	"log/slog"
 	"time"
+
+	"github.com/chatd/chatd/pkg/db/dbpool"
 )
 
 // Default values of the common settings.
@@ -16,6 +18,8 @@ const (
 type Common struct {
 	// DatabaseURL is the Postgres connection string (CHATD_DATABASE_URL).
 	DatabaseURL string
+	// DB bounds the service's Postgres pool and sessions (CHATD_DB_*).
+	DB dbpool.Settings
 	// NATSURL is the NATS server URL or URLs (CHATD_NATS_URL).
 	NATSURL string
 	// GRPCAddr is where the gRPC server listens (CHATD_GRPC_ADDR).
@@ -46,6 +50,22 @@ func (c *Common) DeclareCommon(v *Vars, grpcAddr string) {
 		"Lowest log level written: debug, info, warn or error.")
 	v.Duration(&c.ShutdownTimeout, "CHATD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout,
 		"How long a graceful stop may wait for open calls after SIGTERM before closing them.")
+	c.declareDatabase(v)
+}
+
+// declareDatabase adds the CHATD_DB_* settings: the pool size and the
+// bounds that keep any wait on Postgres from lasting forever.
+func (c *Common) declareDatabase(v *Vars) {
+	v.Int(&c.DB.MaxConns, "CHATD_DB_MAX_CONNS", 0, 0,
+		"Most Postgres connections the service's pool opens; 0 takes the URL's pool_max_conns, else the service's default (api 16, worker max root + max subagent chats + 5 or 32 when either is unlimited, stream 16, relay 4).")
+	v.Duration(&c.DB.StatementTimeout, "CHATD_DB_STATEMENT_TIMEOUT", dbpool.DefaultStatementTimeout,
+		"statement_timeout of the service's Postgres sessions: the longest one statement may run.")
+	v.Duration(&c.DB.LockTimeout, "CHATD_DB_LOCK_TIMEOUT", dbpool.DefaultLockTimeout,
+		"lock_timeout of the service's Postgres sessions: the longest a statement waits for a row lock (the limiter lock has its own).")
+	v.Duration(&c.DB.IdleInTransactionTimeout, "CHATD_DB_IDLE_IN_TRANSACTION_TIMEOUT", dbpool.DefaultIdleInTransactionTimeout,
+		"idle_in_transaction_session_timeout of the service's Postgres sessions: Postgres ends a session that keeps a transaction open this long without a statement.")
+	v.Duration(&c.DB.AcquireTimeout, "CHATD_DB_ACQUIRE_TIMEOUT", dbpool.DefaultAcquireTimeout,
+		"Longest wait for a free connection of the service's pool (and for a new connection); then the operation fails and is retried.")
 }
 
 // RequireDatabase refuses the settings without CHATD_DATABASE_URL, with

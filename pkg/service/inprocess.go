@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/test/bufconn"
@@ -20,6 +21,9 @@ type Embedded struct {
 	GRPCListener net.Listener
 	HTTPListener net.Listener
 	DialOptions  []grpc.DialOption
+	// DBTracer, when set, also traces the service's Postgres pools: tests
+	// hosting a service install the transaction guard of pkg/db/dbtest.
+	DBTracer pgx.QueryTracer
 }
 
 // Hosted reports whether the service runs inside another process (any

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/service"
 )
 
@@ -88,6 +89,8 @@ func TestVarsEnvironment(t *testing.T) {
 		"CHATD_GRPC_ADDR=127.0.0.1:9001",
 		"CHATD_LOG_LEVEL=debug",
 		"CHATD_SHUTDOWN_TIMEOUT=1m30s",
+		"CHATD_DB_MAX_CONNS=12",
+		"CHATD_DB_LOCK_TIMEOUT=2s",
 		"CHATD_ADVERTISE_ADDR=worker-0.chatd:7002",
 		"CHATD_LEASE_SECONDS=10",
 		"CHATD_AUTH_SECRET="+strings.Repeat("k", 32),
@@ -99,6 +102,10 @@ func TestVarsEnvironment(t *testing.T) {
 	require.Equal(t, "127.0.0.1:9001", c.GRPCAddr)
 	require.Equal(t, slog.LevelDebug, c.LogLevel)
 	require.Equal(t, 90*time.Second, c.ShutdownTimeout)
+	require.Equal(t, dbpool.Settings{
+		MaxConns: 12, LockTimeout: 2 * time.Second, StatementTimeout: dbpool.DefaultStatementTimeout,
+		IdleInTransactionTimeout: dbpool.DefaultIdleInTransactionTimeout, AcquireTimeout: dbpool.DefaultAcquireTimeout,
+	}, c.DB)
 	require.Equal(t, "worker-0.chatd:7002", c.Optional)
 	require.Equal(t, 10, c.Lease)
 	require.Equal(t, strings.Repeat("k", 32), c.Secret)
@@ -209,7 +216,8 @@ func TestVarsUsageListsEverySetting(t *testing.T) {
 	require.Contains(t, out, "A test program.")
 	require.Equal(t, []string{
 		"CHATD_DATABASE_URL", "CHATD_NATS_URL", "CHATD_GRPC_ADDR", "CHATD_LOG_LEVEL",
-		"CHATD_SHUTDOWN_TIMEOUT", "CHATD_HTTP_ADDR", "CHATD_ADVERTISE_ADDR",
+		"CHATD_SHUTDOWN_TIMEOUT", "CHATD_DB_MAX_CONNS", "CHATD_DB_STATEMENT_TIMEOUT", "CHATD_DB_LOCK_TIMEOUT",
+		"CHATD_DB_IDLE_IN_TRANSACTION_TIMEOUT", "CHATD_DB_ACQUIRE_TIMEOUT", "CHATD_HTTP_ADDR", "CHATD_ADVERTISE_ADDR",
 		"CHATD_LEASE_SECONDS", "CHATD_AUTH_SECRET", "CHATD_FREE",
 	}, v.Names())
 	for _, want := range []string{

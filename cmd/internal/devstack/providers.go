@@ -4,8 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/modelconfig"
 )
@@ -31,7 +30,8 @@ var realProviders = []realProvider{
 // model config that becomes the organization's default. It returns the
 // configured providers' names.
 func configureProviders(ctx context.Context, dbURL string, id identity, getenv func(string) string) ([]string, error) {
-	pool, err := pgxpool.New(ctx, dbURL)
+	// A one-off setup: the services' bounds, two connections.
+	pool, err := dbpool.New(ctx, dbURL, dbpool.Settings{}, dbpool.Options{MaxConns: 2, ApplicationName: "chatd-dev"})
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/natstest"
 	"github.com/chatd/chatd/pkg/service"
@@ -84,10 +85,10 @@ func Start(t testing.TB, o Options) *Stack {
 	}
 	httpL, workerGRPC := listen(), listen()
 	apiCfg := api.Config.(*apiserver.Config)
-	apiCfg.Embedded = service.Embedded{GRPCListener: listen(), HTTPListener: httpL}
+	apiCfg.Embedded = service.Embedded{GRPCListener: listen(), HTTPListener: httpL, DBTracer: dbtest.Guard(t)}
 	workerCfg := worker.Config.(*workerserver.Config)
 	workerCfg.AdvertiseAddr = workerGRPC.Addr().String()
-	workerCfg.Embedded = service.Embedded{GRPCListener: workerGRPC}
+	workerCfg.Embedded = service.Embedded{GRPCListener: workerGRPC, DBTracer: dbtest.Guard(t)}
 	if o.Configure != nil {
 		o.Configure(apiCfg, workerCfg)
 	}
@@ -109,9 +110,7 @@ func Start(t testing.TB, o Options) *Stack {
 			}
 		}
 	})
-	pool, err := pgxpool.New(context.Background(), env["CHATD_DATABASE_URL"])
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := dbtest.NewPoolOn(t, env["CHATD_DATABASE_URL"], dbpool.Options{MaxConns: 32})
 	signer, err := auth.NewSigner([]byte(Secret))
 	require.NoError(t, err)
 	s := &Stack{T: t, Ctx: ctx, Base: "http://" + httpL.Addr().String(), Pool: pool, Signer: signer}

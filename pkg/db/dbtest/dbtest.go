@@ -21,8 +21,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/migrate"
 	"github.com/chatd/chatd/pkg/db/migrations"
+	"github.com/chatd/chatd/pkg/db/txguard"
 )
 
 var (
@@ -73,21 +75,39 @@ func NewDatabase(t testing.TB) string {
 }
 
 // NewPool creates a fresh, migrated database for t and returns a pool on it,
-// closed when the test ends.
+// closed when the test ends. The pool has the services' session timeouts
+// and acquire deadline (pkg/db/dbpool) and the transaction guard (Guard).
 func NewPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	u := NewDatabase(t)
-	cfg, err := pgxpool.ParseConfig(u)
-	if err != nil {
-		t.Fatalf("dbtest: parse %s: %v", u, err)
+	return NewPoolOn(t, NewDatabase(t), dbpool.Options{MaxConns: 32})
+}
+
+// NewPoolOn returns a pool on the database at u configured like a
+// service's (dbpool.Config with o and default settings) with the
+// transaction guard installed; it is closed when the test ends.
+func NewPoolOn(t testing.TB, u string, o dbpool.Options) *pgxpool.Pool {
+	t.Helper()
+	if o.Tracer == nil {
+		o.Tracer = Guard(t)
 	}
-	cfg.MaxConns = 32
+	cfg, err := dbpool.Config(u, dbpool.Settings{}, o)
+	if err != nil {
+		t.Fatalf("dbtest: %v", err)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("dbtest: connect: %v", err)
 	}
 	t.Cleanup(pool.Close) // runs before the database drop (cleanups are LIFO)
 	return pool
+}
+
+// Guard returns the transaction guard (pkg/db/txguard) that fails t when a
+// goroutine holding a transaction open acquires another pool connection or
+// queries another connection. Install it as dbpool.Options.Tracer of every
+// pool a test's code runs on; NewPool does.
+func Guard(t testing.TB) *txguard.Guard {
+	return txguard.New(t.Errorf)
 }
 
 // template returns the name of a database with every migration applied. Its
@@ -247,4 +267,20 @@ func adminExec(ctx context.Context, admin, sql string) error {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, sql)
 	return err
+}
+
+// OtherSession opens a connection to pool's database outside the pool and
+// outside the guard, closed when the test ends: a lock or transaction a
+// test holds on it stands for another process's while the test goroutine
+// keeps using the pool.
+func OtherSession(t testing.TB, pool *pgxpool.Pool) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pool.Config().ConnString())
+	if err != nil {
+		t.Fatalf("dbtest: open another session: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
 }

@@ -1,7 +1,8 @@
 -- name: ChatHeartbeatInsert :exec
--- Acquire's initial lease row.
+-- Acquire's initial lease row, on Postgres's clock like every renewal and
+-- lease check: a worker whose own clock is off writes no stale lease.
 INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at)
-VALUES (@chat_id, @runner_id, @heartbeat_at)
+VALUES (@chat_id, @runner_id, statement_timestamp())
 ON CONFLICT (chat_id, runner_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at;
 
 -- name: ChatHeartbeatGet :one

@@ -29,12 +29,19 @@ SET snapshot_version = snapshot_version + 1
 WHERE chats.id = @id
 RETURNING *;
 
--- name: ChatQueueLen :one
--- Must run as its own statement after the lock is held: under READ COMMITTED
--- a subquery in the locking statement would read the queue as of that
--- statement's snapshot, taken before the lock wait, and miss rows a bundle
--- committed in between.
-SELECT count(*) FROM chat_queued_messages WHERE chat_id = @chat_id;
+-- name: ChatQueueLenAndNow :one
+-- The locked chat's queue length and the bundle's clock. Must run as its own
+-- statement after the lock is held: under READ COMMITTED a subquery in the
+-- locking statement would read the queue as of that statement's snapshot,
+-- taken before the lock wait, and miss rows a bundle committed in between.
+-- The clock is Postgres's, one for every worker and api replica whatever
+-- their own clocks say, read once the lock is granted.
+SELECT count(*)::bigint AS queue_len, statement_timestamp()::timestamptz AS now
+FROM chat_queued_messages WHERE chat_id = @chat_id;
+
+-- name: DatabaseNow :one
+-- Postgres's clock, for a bundle that locks no chat row (Create).
+SELECT statement_timestamp()::timestamptz AS now;
 
 -- name: ChatGetWithQueueLen :one
 SELECT sqlc.embed(chats),

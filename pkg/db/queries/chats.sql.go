@@ -476,19 +476,27 @@ func (q *Queries) ChatLockShare(ctx context.Context, id uuid.UUID) (bool, error)
 	return archived, err
 }
 
-const chatQueueLen = `-- name: ChatQueueLen :one
-SELECT count(*) FROM chat_queued_messages WHERE chat_id = $1
+const chatQueueLenAndNow = `-- name: ChatQueueLenAndNow :one
+SELECT count(*)::bigint AS queue_len, statement_timestamp()::timestamptz AS now
+FROM chat_queued_messages WHERE chat_id = $1
 `
 
-// Must run as its own statement after the lock is held: under READ COMMITTED
-// a subquery in the locking statement would read the queue as of that
-// statement's snapshot, taken before the lock wait, and miss rows a bundle
-// committed in between.
-func (q *Queries) ChatQueueLen(ctx context.Context, chatID uuid.UUID) (int64, error) {
-	row := q.db.QueryRow(ctx, chatQueueLen, chatID)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
+type ChatQueueLenAndNowRow struct {
+	QueueLen int64
+	Now      time.Time
+}
+
+// The locked chat's queue length and the bundle's clock. Must run as its own
+// statement after the lock is held: under READ COMMITTED a subquery in the
+// locking statement would read the queue as of that statement's snapshot,
+// taken before the lock wait, and miss rows a bundle committed in between.
+// The clock is Postgres's, one for every worker and api replica whatever
+// their own clocks say, read once the lock is granted.
+func (q *Queries) ChatQueueLenAndNow(ctx context.Context, chatID uuid.UUID) (ChatQueueLenAndNowRow, error) {
+	row := q.db.QueryRow(ctx, chatQueueLenAndNow, chatID)
+	var i ChatQueueLenAndNowRow
+	err := row.Scan(&i.QueueLen, &i.Now)
+	return i, err
 }
 
 const chatReconcileInvalid = `-- name: ChatReconcileInvalid :one
@@ -873,4 +881,16 @@ func (q *Queries) ChatSetTitle(ctx context.Context, arg ChatSetTitleParams) (Cha
 		&i.ProjectID,
 	)
 	return i, err
+}
+
+const databaseNow = `-- name: DatabaseNow :one
+SELECT statement_timestamp()::timestamptz AS now
+`
+
+// Postgres's clock, for a bundle that locks no chat row (Create).
+func (q *Queries) DatabaseNow(ctx context.Context) (time.Time, error) {
+	row := q.db.QueryRow(ctx, databaseNow)
+	var now time.Time
+	err := row.Scan(&now)
+	return now, err
 }

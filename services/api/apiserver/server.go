@@ -104,6 +104,8 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			MaxAttachmentsPerChat: cfg.MaxAttachmentsPerChat, MaxAttachmentBytes: int64(cfg.MaxAttachmentBytes),
 		},
 		DatabaseURL:           cfg.DatabaseURL,
+		DB:                    cfg.DB,
+		DBTracer:              cfg.Embedded.DBTracer,
 		NATSURL:               cfg.NATSURL,
 		Auth:                  auth.Config{Secret: []byte(cfg.AuthSecret), JWKSURL: cfg.JWKSURL},
 		RequiresActionTimeout: cfg.RequiresActionTimeout,

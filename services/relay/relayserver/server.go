@@ -3,13 +3,12 @@ package relayserver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/pkg/telemetry"
@@ -22,6 +21,10 @@ var errNoDatabase = errors.New("CHATD_DATABASE_URL is required: the relay finds 
 
 // name is the service's short name: its health service is "chatd.v1.relay".
 const name = "relay"
+
+// defaultDBMaxConns is the relay's pool size unless CHATD_DB_MAX_CONNS or
+// the URL's pool_max_conns sets one: it only resolves workers' addresses.
+const defaultDBMaxConns = 4
 
 // Config holds the relay's settings.
 type Config struct {
@@ -68,9 +71,11 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	defer stopTelemetry()
-	pool, err := pgxpool.New(context.WithoutCancel(ctx), cfg.DatabaseURL)
+	pool, err := dbpool.New(context.WithoutCancel(ctx), cfg.DatabaseURL, cfg.DB, dbpool.Options{
+		DefaultMaxConns: defaultDBMaxConns, ApplicationName: "chatd-relay", Tracer: cfg.Embedded.DBTracer,
+	})
 	if err != nil {
-		return fmt.Errorf("error connecting to Postgres: %w", err)
+		return err
 	}
 	defer pool.Close()
 

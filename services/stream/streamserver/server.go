@@ -3,16 +3,15 @@ package streamserver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/pkg/telemetry"
@@ -23,6 +22,11 @@ import (
 
 // name is the service's short name: its health service is "chatd.v1.stream".
 const name = "stream"
+
+// defaultDBMaxConns is the stream's pool size unless CHATD_DB_MAX_CONNS or
+// the URL's pool_max_conns sets one: each stream loop's sync reads hold one
+// connection for one statement, so watchers share a few.
+const defaultDBMaxConns = 16
 
 // Config holds the stream service's settings.
 type Config struct {
@@ -94,9 +98,11 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	pool, err := dbpool.New(ctx, cfg.DatabaseURL, cfg.DB, dbpool.Options{
+		DefaultMaxConns: defaultDBMaxConns, ApplicationName: "chatd-stream", Tracer: cfg.Embedded.DBTracer,
+	})
 	if err != nil {
-		return fmt.Errorf("connect to Postgres: %w", err)
+		return err
 	}
 	defer pool.Close()
 	nc, err := notify.Connect(cfg.NATSURL, "chatd-stream")

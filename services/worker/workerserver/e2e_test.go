@@ -20,6 +20,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
@@ -51,6 +52,7 @@ func startWorkerAt(t testing.TB, dbURL, natsURL string, drainSeconds int) (stop 
 	cfg := &Config{
 		Common: service.Common{
 			DatabaseURL: dbURL, NATSURL: natsURL, GRPCAddr: addr, ShutdownTimeout: 5 * time.Second,
+			Embedded: service.Embedded{DBTracer: dbtest.Guard(t)},
 		},
 		LeaseSeconds: 30, DrainSeconds: drainSeconds, AcquireInterval: time.Second,
 		MaxRootChats: 0, MaxSubagentChats: 0, MaxGenerationRetries: 25, MaxStepsPerTurn: 1200,
@@ -86,9 +88,7 @@ type e2e struct {
 
 func newE2E(t testing.TB) *e2e {
 	e := &e2e{t: t, ctx: context.Background(), dbURL: dbtest.NewDatabase(t), natsURL: natstest.URL(t), org: uuid.New(), user: uuid.New()}
-	pool, err := pgxpool.New(e.ctx, e.dbURL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := dbtest.NewPoolOn(t, e.dbURL, dbpool.Options{MaxConns: 32})
 	e.pool = pool
 	e.m = chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(natstest.Connect(t, e.natsURL), nil).AfterCommit})
 	q := queries.New(pool)

@@ -3,17 +3,16 @@ package workerserver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/partbuf"
@@ -43,6 +42,22 @@ const (
 	defaultMaxGenerationRetries = 25
 	defaultMaxStepsPerTurn      = 1200
 )
+
+// heartbeatConns is the heartbeat loop's own pool: one tick at a time,
+// one connection, kept open and never shared with the runners.
+const heartbeatConns = 1
+
+// DefaultDBMaxConns is the worker's pool size unless CHATD_DB_MAX_CONNS or
+// the URL's pool_max_conns sets one: a connection for each chat the
+// limiter lets run at once (each runner holds at most one at a time) and
+// five for the acquisition, sync, cleanup and auto-archive loops and the
+// drain. Without a limit it is 32. The heartbeat has its own connection.
+func DefaultDBMaxConns(maxRootChats, maxSubagentChats int) int {
+	if maxRootChats <= 0 || maxSubagentChats <= 0 {
+		return 32
+	}
+	return maxRootChats + maxSubagentChats + 5
+}
 
 // errNoDatabase refuses a worker without Postgres.
 var errNoDatabase = errors.New("CHATD_DATABASE_URL is required: the worker keeps every chat in Postgres")
@@ -147,11 +162,22 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 
 	// The components outlive ctx: they keep working through the drain.
 	base := context.WithoutCancel(ctx)
-	pool, err := pgxpool.New(base, cfg.DatabaseURL)
+	pool, err := dbpool.New(base, cfg.DatabaseURL, cfg.DB, dbpool.Options{
+		DefaultMaxConns: DefaultDBMaxConns(cfg.MaxRootChats, cfg.MaxSubagentChats), ApplicationName: "chatd-worker",
+		Tracer: cfg.Embedded.DBTracer,
+	})
 	if err != nil {
-		return fmt.Errorf("error connecting to Postgres: %w", err)
+		return err
 	}
 	defer pool.Close()
+	heartbeatPool, err := dbpool.New(base, cfg.DatabaseURL, cfg.DB, dbpool.Options{
+		MaxConns: heartbeatConns, MinConns: heartbeatConns, ApplicationName: "chatd-worker-heartbeat",
+		Tracer: cfg.Embedded.DBTracer,
+	})
+	if err != nil {
+		return err
+	}
+	defer heartbeatPool.Close()
 	nc, err := notify.Connect(cfg.NATSURL, "chatd-worker")
 	if err != nil {
 		return err
@@ -194,12 +220,13 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			TTFTTimeout:          time.Duration(cfg.TTFTTimeoutSeconds) * time.Second,
 		},
 	}, manager.Config{
-		WorkerID:  workerID,
-		Lease:     cfg.Lease(),
-		PartsAddr: advertise,
-		OnExit:    func(k manager.Key) { loop.Released(k.ChatID) },
-		Clock:     clock,
-		Log:       log,
+		WorkerID:      workerID,
+		Lease:         cfg.Lease(),
+		HeartbeatPool: heartbeatPool,
+		PartsAddr:     advertise,
+		OnExit:        func(k manager.Key) { loop.Released(k.ChatID) },
+		Clock:         clock,
+		Log:           log,
 	})
 	loop = acquire.New(pool, machine, nc, mgr, acquire.Config{
 		WorkerID: workerID,

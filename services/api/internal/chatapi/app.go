@@ -8,11 +8,12 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/hooks"
@@ -25,8 +26,13 @@ import (
 type AppConfig struct {
 	Config
 	DatabaseURL string
-	NATSURL     string
-	Auth        auth.Config
+	// DB bounds the pool and its sessions (CHATD_DB_*).
+	DB dbpool.Settings
+	// DBTracer, when set, also traces the pool (tests: the transaction
+	// guard).
+	DBTracer pgx.QueryTracer
+	NATSURL  string
+	Auth     auth.Config
 	// RequiresActionTimeout is the dynamic-tool deadline (5m by default).
 	RequiresActionTimeout time.Duration
 	GRPCAddr, HTTPAddr    string
@@ -43,6 +49,11 @@ type AppConfig struct {
 	MetricsHandler http.Handler
 }
 
+// DefaultDBMaxConns is the api's pool size unless CHATD_DB_MAX_CONNS or the
+// URL's pool_max_conns sets one: every request holds at most one
+// connection at a time.
+const DefaultDBMaxConns = 16
+
 // Serve runs the api service until ctx ends: ChatService over gRPC, its
 // REST facade over an in-process connection, notifications after commit.
 func Serve(ctx context.Context, cfg AppConfig) error {
@@ -57,9 +68,11 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 	if err != nil {
 		return err
 	}
-	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
+	pool, err := dbpool.New(ctx, cfg.DatabaseURL, cfg.DB, dbpool.Options{
+		DefaultMaxConns: DefaultDBMaxConns, ApplicationName: "chatd-api", Tracer: cfg.DBTracer,
+	})
 	if err != nil {
-		return fmt.Errorf("connect to Postgres: %w", err)
+		return err
 	}
 	defer pool.Close()
 	nc, err := notify.Connect(cfg.NATSURL, "chatd-api")

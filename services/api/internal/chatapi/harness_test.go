@@ -21,6 +21,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/natstest"
@@ -60,7 +61,7 @@ func startAPI(t testing.TB, opts ...apiOption) *api {
 	hlis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	cfg := chatapi.AppConfig{
-		DatabaseURL: dbURL, NATSURL: natsURL,
+		DatabaseURL: dbURL, NATSURL: natsURL, DBTracer: dbtest.Guard(t),
 		Auth:         auth.Config{Secret: []byte(testSecret)},
 		GRPCListener: glis, HTTPListener: hlis,
 		ShutdownTimeout: 5 * time.Second,
@@ -81,9 +82,7 @@ func startAPI(t testing.TB, opts ...apiOption) *api {
 			t.Error("api did not stop")
 		}
 	})
-	pool, err := pgxpool.New(context.Background(), dbURL)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := dbtest.NewPoolOn(t, dbURL, dbpool.Options{MaxConns: 32})
 	signer, err := auth.NewSigner([]byte(testSecret))
 	require.NoError(t, err)
 	a := &api{

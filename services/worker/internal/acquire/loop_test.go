@@ -65,9 +65,16 @@ type worker struct {
 // startWorker runs a worker until the test ends or stop is called.
 func (b *bundle) startWorker(t *testing.T, limits acquire.Limits) *worker {
 	t.Helper()
+	return b.startWorkerClocked(t, limits, nil)
+}
+
+// startWorkerClocked is startWorker whose state machine reads now (nil:
+// Postgres's clock, as in production).
+func (b *bundle) startWorkerClocked(t *testing.T, limits acquire.Limits, now func() time.Time) *worker {
+	t.Helper()
 	nc := natstest.Connect(t, b.url)
 	w := &worker{id: uuid.New(), clock: clockwork.NewFakeClock(), runners: &managertest.Factory{}}
-	w.machine = chatstate.New(b.pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
+	w.machine = chatstate.New(b.pool, chatstate.Config{Now: now, AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
 	w.mgr = manager.New(b.pool, runner.Deps{Pool: b.pool, Machine: w.machine, NATS: nc}, manager.Config{
 		WorkerID: w.id,
 		Lease:    lease,

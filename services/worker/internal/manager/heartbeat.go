@@ -56,7 +56,7 @@ func (m *Manager) HeartbeatOnce(ctx context.Context) (HeartbeatResult, error) {
 		chatIDs[i], runnerIDs[i] = k.ChatID, k.RunnerID
 	}
 	renewed := make(map[Key]bool, len(keys))
-	err := pgx.BeginFunc(ctx, m.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, m.cfg.HeartbeatPool, func(tx pgx.Tx) error {
 		if err := acquire.LockLimiter(ctx, queries.New(tx), m.cfg.LockTimeout); err != nil {
 			return err
 		}
@@ -129,7 +129,7 @@ func (m *Manager) SyncOnce(ctx context.Context) error {
 
 // register upserts this worker's row in chat_workers.
 func (m *Manager) register(ctx context.Context) error {
-	err := queries.New(m.pool).ChatWorkerUpsert(ctx, queries.ChatWorkerUpsertParams{ID: m.cfg.WorkerID, PartsAddr: m.cfg.PartsAddr})
+	err := queries.New(m.cfg.HeartbeatPool).ChatWorkerUpsert(ctx, queries.ChatWorkerUpsertParams{ID: m.cfg.WorkerID, PartsAddr: m.cfg.PartsAddr})
 	return wrap("registering worker", err)
 }
 

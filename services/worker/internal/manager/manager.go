@@ -55,6 +55,11 @@ type Config struct {
 	SyncInterval time.Duration
 	// CleanupInterval is the heartbeat cleanup period; the lease by default.
 	CleanupInterval time.Duration
+	// HeartbeatPool, when set, carries the heartbeat ticks and the worker's
+	// registration instead of the runners' pool: a pool of its own, so
+	// that runners holding every connection of theirs can never starve
+	// the lease renewal. Nil uses the runners' pool.
+	HeartbeatPool *pgxpool.Pool
 	// PartsAddr, when set, is registered in chat_workers at Run and renewed
 	// on every heartbeat tick.
 	PartsAddr string
@@ -128,6 +133,9 @@ func New(pool *pgxpool.Pool, deps runner.Deps, cfg Config) *Manager {
 	}
 	if cfg.Factory == nil {
 		cfg.Factory = runner.New
+	}
+	if cfg.HeartbeatPool == nil {
+		cfg.HeartbeatPool = pool
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()

@@ -157,7 +157,7 @@ func TestHeartbeat(t *testing.T) {
 		_, err := b.pool.Exec(ctx, `UPDATE chat_heartbeats SET heartbeat_at = now() - interval '31 seconds' WHERE chat_id = $1`, id)
 		require.NoError(t, err)
 		// Someone holds the limiter lock past the tick's lock_timeout.
-		tx, err := b.pool.Begin(ctx)
+		tx, err := dbtest.OtherSession(t, b.pool).Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
 		require.NoError(t, acquire.LockLimiter(ctx, queries.New(tx), time.Second))

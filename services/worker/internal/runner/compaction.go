@@ -102,7 +102,7 @@ func (r *runner) planManualCompaction(ctx context.Context, tx *chatstate.Tx, msg
 	if tx.Chat().CompactionRequestedAt == nil || !compaction.Analyze(msgs).Compactable {
 		return false, nil
 	}
-	triggers, override, err := r.compactionTriggers(ctx, tx.Chat())
+	triggers, override, err := r.compactionTriggers(ctx, tx)
 	if err != nil {
 		return false, err
 	}
@@ -120,7 +120,7 @@ func (r *runner) planAutoCompaction(ctx context.Context, tx *chatstate.Tx, msgs 
 	if !h.HasLatestUsage {
 		return false, nil // nothing answered since the boundary: no usage to judge
 	}
-	triggers, override, err := r.compactionTriggers(ctx, tx.Chat())
+	triggers, override, err := r.compactionTriggers(ctx, tx)
 	if err != nil {
 		return false, err
 	}
@@ -154,15 +154,21 @@ func (r *runner) planCompaction(ctx context.Context, tx *chatstate.Tx, msgs []qu
 // summarizes); failing to read it stops preparation. A chat model that
 // does not resolve leaves only what the override gives; the model call
 // reports the chat model's error itself.
-func (r *runner) compactionTriggers(ctx context.Context, chat queries.Chat) (compaction.Triggers, *modelconfig.ResolvedOverride, error) {
+//
+// It runs inside the step decision's bundle, so it reads through the
+// bundle's transaction: a read through the pool would hold the bundle's
+// connection while waiting for a second one, and enough runners doing so
+// at once take every connection and wedge the worker.
+func (r *runner) compactionTriggers(ctx context.Context, tx *chatstate.Tx) (compaction.Triggers, *modelconfig.ResolvedOverride, error) {
 	var in compaction.Inputs
-	cfg, err := r.models.ResolveForChat(ctx, chat.OrganizationID, chat.LastModelConfigID)
+	chat, models := tx.Chat(), modelconfig.NewReader(tx.Queries())
+	cfg, err := models.ResolveForChat(ctx, chat.OrganizationID, chat.LastModelConfigID)
 	if err != nil && chat.LastModelConfigID != nil && errors.Is(err, modelconfig.ErrInvalid) {
-		cfg, err = r.models.ResolveForChat(ctx, chat.OrganizationID, nil)
+		cfg, err = models.ResolveForChat(ctx, chat.OrganizationID, nil)
 	}
 	if err == nil {
 		in.ChatContextLimit, in.ChatThreshold = cfg.ContextLimit, cfg.CompressionThreshold
-		personal, ok, err := r.models.UserCompactionThreshold(ctx, chat.OwnerID, cfg.ID)
+		personal, ok, err := models.UserCompactionThreshold(ctx, chat.OwnerID, cfg.ID)
 		if err != nil {
 			return compaction.Triggers{}, nil, err
 		}
@@ -170,7 +176,7 @@ func (r *runner) compactionTriggers(ctx context.Context, chat queries.Chat) (com
 			in.ChatThreshold, in.PersonalThreshold = personal, true
 		}
 	}
-	res, ok, unusable, err := r.models.ResolveModelOverride(ctx, chat.OrganizationID, modelconfig.OverrideCompaction)
+	res, ok, unusable, err := models.ResolveModelOverride(ctx, chat.OrganizationID, modelconfig.OverrideCompaction)
 	if err != nil {
 		return compaction.Triggers{}, nil, err
 	}

@@ -103,14 +103,21 @@ func partialMessage(parts []partbuf.Part) []chatstate.NewMessage {
 // actionTimeout is the dynamic tools timeout goroutine: it waits for the
 // chat's requires_action_deadline_at, then applies CancelRequiresAction.
 func (r *runner) actionTimeout(ctx context.Context, in intent) error {
-	var deadline *time.Time
+	// The deadline is on the bundles' clock (Postgres's): what is left of
+	// it is measured against the same clock, then waited out on the
+	// runner's, so a worker whose clock is off cancels neither early nor
+	// late.
+	var left time.Duration
+	var hasDeadline bool
 	if err := r.view(ctx, in, func(tx *chatstate.Tx) error {
-		deadline = tx.Chat().RequiresActionDeadlineAt
+		if d := tx.Chat().RequiresActionDeadlineAt; d != nil {
+			left, hasDeadline = d.Sub(tx.Now()), true
+		}
 		return nil
 	}); err != nil {
 		return err
 	}
-	if deadline != nil && !sleep(ctx, r.clock, deadline.Sub(r.clock.Now())) {
+	if hasDeadline && !sleep(ctx, r.clock, left) {
 		return ctx.Err()
 	}
 	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error {

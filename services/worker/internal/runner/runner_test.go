@@ -83,7 +83,7 @@ func (c *commits) maxAttempt(id uuid.UUID) int64 {
 }
 
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	ctx      context.Context
 	pool     *pgxpool.Pool
 	machine  *chatstate.Machine
@@ -99,7 +99,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	pool := dbtest.NewPool(t)
+	return newEnvOn(t, dbtest.NewPool(t))
+}
+
+// newEnvOn is newEnv over pool.
+func newEnvOn(t testing.TB, pool *pgxpool.Pool) *env {
+	t.Helper()
 	nc := natstest.NewConn(t)
 	e := &env{
 		t: t, ctx: context.Background(), pool: pool, nc: nc,
