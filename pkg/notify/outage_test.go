@@ -167,4 +167,3 @@ func TestSlotFreedIsDelivered(t *testing.T) {
 	require.True(t, notify.IsSlotFreed(o))
 	require.False(t, notify.IsSlotFreed(&chatdv1.OwnershipNotification{ChatId: uuid.NewString()}))
 }
-
