@@ -99,8 +99,14 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvConn(t, natstest.NewConn(t))
+}
+
+// newEnvConn is newEnv over nc, which both the runners and the publisher
+// use.
+func newEnvConn(t *testing.T, nc *nats.Conn) *env {
+	t.Helper()
 	pool := dbtest.NewPool(t)
-	nc := natstest.NewConn(t)
 	e := &env{
 		t: t, ctx: context.Background(), pool: pool, nc: nc,
 		clock:   clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)),
