@@ -68,13 +68,13 @@ func Keep(nc *nats.Conn, subscribe func() (*nats.Subscription, error), opts Keep
 	status := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
 	sub, err := subscribe()
 	if err != nil {
-		opts.logFailure("subscribe", err)
+		opts.logFailure(nc, "subscribe", err)
 	}
 	k.sub = sub
 	live := false
 	if sub != nil && nc.IsConnected() {
 		if err := nc.FlushTimeout(FlushTimeout); err != nil {
-			opts.logFailure("confirm subscription", err)
+			opts.logFailure(nc, "confirm subscription", err)
 		} else {
 			live = true
 		}
@@ -113,7 +113,7 @@ func (k *Kept) run(ctx context.Context, nc *nats.Conn, subscribe func() (*nats.S
 		}
 		sub, err := subscribe()
 		if err != nil {
-			opts.logFailure("subscribe", err)
+			opts.logFailure(nc, "subscribe", err)
 			continue
 		}
 		k.mu.Lock()
@@ -159,7 +159,7 @@ func (k *Kept) confirm(ctx context.Context, nc *nats.Conn, opts KeepOptions, sta
 			if err == nil {
 				return true
 			}
-			opts.logFailure("confirm subscription", err)
+			opts.logFailure(nc, "confirm subscription", err)
 		}
 		if !k.wait(ctx, opts.Clock, status, failures) {
 			return false
@@ -185,6 +185,11 @@ func (k *Kept) wait(ctx context.Context, clock clockwork.Clock, status chan nats
 	return true
 }
 
-func (o KeepOptions) logFailure(what string, err error) {
+func (o KeepOptions) logFailure(nc *nats.Conn, what string, err error) {
+	if nc.IsClosed() {
+		// Closed by its owner (shutting down): no retry can succeed.
+		o.Log.Warn(what+" on a closed NATS connection; relying on the database", slog.String("subject", o.Subject), slog.String("error", err.Error()))
+		return
+	}
 	o.Log.Warn(what+"; retrying in the background", slog.String("subject", o.Subject), slog.String("error", err.Error()))
 }
