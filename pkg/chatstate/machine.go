@@ -32,6 +32,9 @@ type Config struct {
 	// every chat it changed; notifications are published from here, after
 	// commit only. Rejected or failed bundles never call it.
 	AfterCommit func(ctx context.Context, snapshots []Snapshot)
+	// OwnerLease is how long an owner's heartbeat stays fresh, for
+	// Snapshot.OwnerStale. Default DefaultOwnerLease.
+	OwnerLease time.Duration
 }
 
 // Machine applies transition bundles to chats in Postgres.
@@ -52,6 +55,10 @@ func New(pool *pgxpool.Pool, cfg Config) *Machine {
 type Snapshot struct {
 	Chat     queries.Chat
 	QueueLen int64
+	// OwnerStale is set in a committed bundle's snapshot of a runnable
+	// chat whose owner has no fresh heartbeat (owner_lease.go); false
+	// everywhere else.
+	OwnerStale bool
 }
 
 // State classifies the snapshot.
@@ -88,7 +95,11 @@ func (m *Machine) Update(ctx context.Context, id uuid.UUID, fn func(*Tx) error) 
 		if err := fn(tx); err != nil {
 			return err
 		}
-		res = Result{Snapshot: tx.snapshot(), Applied: tx.applied}
+		snap, err := tx.committed(ctx)
+		if err != nil {
+			return err
+		}
+		res = Result{Snapshot: snap, Applied: tx.applied}
 		return nil
 	})
 	if err != nil {

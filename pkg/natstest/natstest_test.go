@@ -55,3 +55,50 @@ func TestNewConn(t *testing.T) {
 		t.Fatalf("flush: %v", err)
 	}
 }
+
+// A stopped Outage closes its clients' connections; started again on the
+// same address, a client that keeps reconnecting gets its subscription back.
+func TestOutageRestartsOnTheSameAddress(t *testing.T) {
+	t.Parallel()
+
+	o := natstest.NewOutage(t)
+	url := o.URL()
+	reconnected, disconnected := make(chan struct{}, 1), make(chan struct{}, 1)
+	nc := natstest.Connect(t, url, nats.MaxReconnects(-1), nats.ReconnectWait(10*time.Millisecond),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { disconnected <- struct{}{} }),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }))
+	ch := make(chan *nats.Msg, 1)
+	if _, err := nc.ChanSubscribe("s", ch); err != nil {
+		t.Fatalf("subscribe: %v", err)
+	}
+
+	o.Stop()
+	select {
+	case <-disconnected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("client still connected to a stopped server after 10s")
+	}
+	if err := nc.FlushTimeout(50 * time.Millisecond); err == nil {
+		t.Fatal("flush succeeded with the server stopped")
+	}
+	o.Start()
+	if o.URL() != url {
+		t.Fatalf("restarted at %s, want %s", o.URL(), url)
+	}
+	select {
+	case <-reconnected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("client did not reconnect within 10s")
+	}
+	if err := nc.Publish("s", []byte("back")); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	select {
+	case m := <-ch:
+		if string(m.Data) != "back" {
+			t.Fatalf("got %q", m.Data)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the subscription did not survive the restart")
+	}
+}

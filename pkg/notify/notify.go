@@ -63,10 +63,20 @@ func OwnershipFromSnapshot(s chatstate.Snapshot) *chatdv1.OwnershipNotification 
 	}
 }
 
+// SlotFreed builds the chat:ownership payload that names no chat: a
+// worker released chats and so freed concurrent agent limiter slots, and
+// every worker runs a full acquisition pass (a chat refused for capacity is
+// not named anywhere else).
+func SlotFreed() *chatdv1.OwnershipNotification { return &chatdv1.OwnershipNotification{} }
+
+// IsSlotFreed reports whether n is SlotFreed's notification.
+func IsSlotFreed(n *chatdv1.OwnershipNotification) bool { return n.GetChatId() == "" }
+
 // NeedsOwner reports whether the snapshot calls for a chat:ownership
-// notification: the chat is in a runnable state (R0 R1 I0 I1 A0 A1) and
-// worker_id or runner_id is NULL. The spec's third case, an owner without a
-// fresh heartbeat, needs the heartbeat table and is the worker's to detect.
+// notification (spec "Notification emission rules"): the chat is in a
+// runnable state (R0 R1 I0 I1 A0 A1) and no worker owns it, that is
+// worker_id or runner_id is NULL or the owner has no fresh heartbeat
+// (OwnerStale, which a committed bundle reads inside its transaction).
 func NeedsOwner(s chatstate.Snapshot) bool {
-	return s.State().Runnable() && (s.Chat.WorkerID == nil || s.Chat.RunnerID == nil)
+	return s.State().Runnable() && (s.Chat.WorkerID == nil || s.Chat.RunnerID == nil || s.OwnerStale)
 }

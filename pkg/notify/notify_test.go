@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -112,6 +113,7 @@ func (e *env) ownership() <-chan *chatdv1.OwnershipNotification {
 type chats struct {
 	*env
 	m         *chatstate.Machine
+	pool      *pgxpool.Pool
 	org, user uuid.UUID
 }
 
@@ -119,7 +121,7 @@ func newChats(t *testing.T) *chats {
 	t.Helper()
 	e := newEnv(t)
 	pool := dbtest.NewPool(t)
-	c := &chats{env: e, m: chatstate.New(pool, chatstate.Config{AfterCommit: e.p.AfterCommit}), org: uuid.New(), user: uuid.New()}
+	c := &chats{env: e, m: chatstate.New(pool, chatstate.Config{AfterCommit: e.p.AfterCommit}), pool: pool, org: uuid.New(), user: uuid.New()}
 	q := queries.New(pool)
 	require.NoError(t, q.OrganizationEnsure(e.ctx, queries.OrganizationEnsureParams{ID: c.org, Name: "org"}))
 	require.NoError(t, q.UserEnsure(e.ctx, queries.UserEnsureParams{ID: c.user, Name: "user"}))
@@ -350,6 +352,9 @@ func TestNeedsOwner(t *testing.T) {
 			snap := snapshot(s.status, s.archived, s.queue, o.worker, o.runner)
 			require.Equal(t, s.state, snap.State())
 			require.Equal(t, s.state.Runnable() && o.unowned, notify.NeedsOwner(snap), "%s, %s", s.state, o.name)
+			// An owner without a fresh heartbeat owns nothing.
+			snap.OwnerStale = true
+			require.Equal(t, s.state.Runnable(), notify.NeedsOwner(snap), "%s, %s, stale heartbeat", s.state, o.name)
 		}
 	}
 }

@@ -33,14 +33,15 @@ func SubscribeUpdates(nc *nats.Conn, chatID uuid.UUID, fn func(*chatdv1.ChatUpda
 }
 
 // SubscribeOwnership subscribes to chat:ownership and calls fn with each
-// decoded notification, one at a time, on the subscription's goroutine. A
-// message that does not decode, or whose chat_id is not a UUID, is logged
-// (slog.Default()) and skipped. The same caveats as SubscribeUpdates apply.
+// decoded notification, one at a time, on the subscription's goroutine,
+// including the slot-freed one without a chat_id (IsSlotFreed). A message
+// that does not decode, or whose chat_id is neither a UUID nor empty, is
+// logged (slog.Default()) and skipped. The same caveats as SubscribeUpdates apply.
 func SubscribeOwnership(nc *nats.Conn, fn func(*chatdv1.OwnershipNotification)) (*nats.Subscription, error) {
 	return nc.Subscribe(OwnershipSubject, func(m *nats.Msg) {
 		n := &chatdv1.OwnershipNotification{}
 		err := proto.Unmarshal(m.Data, n)
-		if err == nil {
+		if err == nil && !IsSlotFreed(n) {
 			_, err = uuid.Parse(n.ChatId)
 		}
 		if err != nil {

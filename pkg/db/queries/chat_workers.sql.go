@@ -21,6 +21,22 @@ func (q *Queries) ChatWorkerDelete(ctx context.Context, id uuid.UUID) error {
 	return err
 }
 
+const chatWorkerDeleteStale = `-- name: ChatWorkerDeleteStale :execrows
+DELETE FROM chat_workers
+WHERE heartbeat_at < now() - make_interval(secs => $1::float8)
+`
+
+// Prunes the registrations of workers that stopped renewing them (crashed,
+// or cut off from the database): a live worker renews its row on every
+// heartbeat tick, and upserts it again if it was pruned.
+func (q *Queries) ChatWorkerDeleteStale(ctx context.Context, staleSeconds float64) (int64, error) {
+	result, err := q.db.Exec(ctx, chatWorkerDeleteStale, staleSeconds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const chatWorkerGet = `-- name: ChatWorkerGet :one
 SELECT id, parts_addr, heartbeat_at, started_at FROM chat_workers WHERE id = $1
 `

@@ -88,6 +88,9 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		srv.Close()
 	}()
 	defer srv.Close()
+	// Connections to workers that stopped or were pruned from chat_workers
+	// are dropped instead of kept for good.
+	go srv.RunWorkerSweep(ctx, relay.DefaultSweepInterval)
 	return service.Run(ctx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,

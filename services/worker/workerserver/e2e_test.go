@@ -45,6 +45,13 @@ func startWorkerDraining(t testing.TB, dbURL, natsURL string, drainSeconds int) 
 // address (PartsService).
 func startWorkerAt(t testing.TB, dbURL, natsURL string, drainSeconds int) (stop func(), addr string) {
 	t.Helper()
+	return startWorkerWith(t, dbURL, natsURL, func(c *Config) { c.DrainSeconds = drainSeconds })
+}
+
+// startWorkerWith is startWorkerAt with the test's settings applied by
+// configure.
+func startWorkerWith(t testing.TB, dbURL, natsURL string, configure func(*Config)) (stop func(), addr string) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr = l.Addr().String()
@@ -54,9 +61,10 @@ func startWorkerAt(t testing.TB, dbURL, natsURL string, drainSeconds int) (stop 
 			DatabaseURL: dbURL, NATSURL: natsURL, GRPCAddr: addr, ShutdownTimeout: 5 * time.Second,
 			Embedded: service.Embedded{DBTracer: dbtest.Guard(t)},
 		},
-		LeaseSeconds: 30, DrainSeconds: drainSeconds, AcquireInterval: time.Second,
+		LeaseSeconds: 30, DrainSeconds: 5, AcquireInterval: time.Second,
 		MaxRootChats: 0, MaxSubagentChats: 0, MaxGenerationRetries: 25, MaxStepsPerTurn: 1200,
 	}
+	configure(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil))) }()

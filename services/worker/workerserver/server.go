@@ -195,7 +195,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 
 	clock := clockwork.NewRealClock()
-	machine := chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, log).AfterCommit})
+	machine := chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, log).AfterCommit, OwnerLease: cfg.Lease()})
 	parts := partbuf.New(partbuf.Options{Clock: clock})
 	defer parts.Close()
 
@@ -279,6 +279,11 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		log.Info("draining", "runners", len(mgr.Runners()))
 		released, err := mgr.Drain(base, machine, drain, stopManager)
 		log.Info("drained", "released_chats", len(released))
+		if len(released) > 0 {
+			// Released chats freed limiter slots: every other replica
+			// runs a pass now, not at its next tick.
+			loop.SlotsFreed()
+		}
 		uctx, cancel := context.WithTimeout(base, stopTimeout)
 		defer cancel()
 		drained <- errors.Join(err, mgr.Unregister(uctx))

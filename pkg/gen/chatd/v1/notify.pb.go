@@ -24,6 +24,8 @@ const (
 // OwnershipNotification is the payload of the global "chat:ownership" subject:
 // a chat is runnable but no worker owns it. It is a post-commit, best-effort
 // hint; receivers discard payloads at or below their snapshot_version watermark.
+// An empty chat_id says a worker released chats and so freed concurrent agent
+// limiter slots: every worker runs a full acquisition pass.
 type OwnershipNotification struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ChatId          string                 `protobuf:"bytes,1,opt,name=chat_id,json=chatId,proto3" json:"chat_id,omitempty"`

@@ -137,8 +137,9 @@ type Server struct {
 	// by mu; an entry is dropped when an upstream over it cannot reach the
 	// worker (open or receive fails). A stream the relay itself ends — a
 	// seq gap, a part past the cap, a release — keeps it: the connection
-	// is fine, the episode's data was not.
-	workers map[uuid.UUID]*grpc.ClientConn
+	// is fine, the episode's data was not. SweepWorkers drops the entries
+	// of workers that left the registry or moved (workers.go).
+	workers map[uuid.UUID]cachedWorker
 }
 
 // New returns a Server.
@@ -159,7 +160,7 @@ func New(opts Options) *Server {
 		maxBytes:  maxBytes,
 		closing:   make(chan struct{}),
 		upstreams: make(map[key]*upstream),
-		workers:   make(map[uuid.UUID]*grpc.ClientConn),
+		workers:   make(map[uuid.UUID]cachedWorker),
 	}
 }
 
@@ -175,62 +176,12 @@ func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.closing)
 		s.mu.Lock()
-		for w, cc := range s.workers {
-			_ = cc.Close()
+		for w, c := range s.workers {
+			_ = c.cc.Close()
 			delete(s.workers, w)
 		}
 		s.mu.Unlock()
 	})
-}
-
-// workerConn returns the cached connection to worker, resolving its
-// address and dialing on first use.
-func (s *Server) workerConn(ctx context.Context, worker uuid.UUID) (*grpc.ClientConn, error) {
-	s.mu.Lock()
-	cc, ok := s.workers[worker]
-	s.mu.Unlock()
-	if ok {
-		return cc, nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
-	addr, err := s.resolver.PartsAddr(rctx, worker)
-	cancel()
-	if err != nil {
-		return nil, err
-	}
-	cc, err = grpc.NewClient(addr, s.dialOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("dial worker %s at %s: %w", worker, addr, err)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	select {
-	case <-s.closing:
-		_ = cc.Close()
-		return nil, errors.New("the relay is stopping")
-	default:
-	}
-	if other, ok := s.workers[worker]; ok { // dialed concurrently
-		_ = cc.Close()
-		return other, nil
-	}
-	s.workers[worker] = cc
-	return cc, nil
-}
-
-// dropWorkerConn forgets cc as worker's connection (an upstream over it
-// failed: the worker may be gone or have moved) and closes it.
-func (s *Server) dropWorkerConn(worker uuid.UUID, cc *grpc.ClientConn) {
-	s.mu.Lock()
-	if s.workers[worker] == cc {
-		delete(s.workers, worker)
-	} else {
-		cc = nil
-	}
-	s.mu.Unlock()
-	if cc != nil {
-		_ = cc.Close()
-	}
 }
 
 // Upstreams returns the number of open upstreams, for tests and metrics.

@@ -667,3 +667,46 @@ func TestWorkerConnectionReusedAcrossTurns(t *testing.T) {
 		t.Fatalf("the worker was resolved %d times, want 1", got)
 	}
 }
+
+// TestSweepDropsGoneAndMovedWorkers: the sweep keeps the connection to a
+// worker still registered at its address, and drops (closing, which fails
+// the upstream over it) the connections to a worker that left chat_workers
+// and to one registered at another address since.
+func TestSweepDropsGoneAndMovedWorkers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	gone, moved := newPartsWorker(t, e.ctx, e.q), newPartsWorker(t, e.ctx, e.q)
+	chat := uuid.New()
+	subs := map[*partsWorker]*sub{}
+	for _, w := range []*partsWorker{gone, moved} {
+		w.add(t, chat, 1, 0, 1, 0)
+		s := e.subscribe(t)
+		s.control(chat, w, 1, 0, 0)
+		s.expectParts(w, 1, 0, 0, 1)
+		subs[w] = s
+	}
+	if got := e.relay.CachedWorkers(); got != 2 {
+		t.Fatalf("%d cached worker connections, want 2", got)
+	}
+	if got := e.relay.SweepWorkers(e.ctx); got != 0 {
+		t.Fatalf("the sweep dropped %d connections to registered workers, want 0", got)
+	}
+
+	if err := e.q.ChatWorkerDelete(e.ctx, gone.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.q.ChatWorkerUpsert(e.ctx, queries.ChatWorkerUpsertParams{ID: moved.id, PartsAddr: "127.0.0.1:1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.relay.SweepWorkers(e.ctx); got != 2 {
+		t.Fatalf("the sweep dropped %d connections, want 2 (one worker gone, one moved)", got)
+	}
+	if got := e.relay.CachedWorkers(); got != 0 {
+		t.Fatalf("%d cached worker connections after the sweep, want 0", got)
+	}
+	for w, s := range subs {
+		if _, err := s.stream.Recv(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("subscriber of worker %s got %v, want UNAVAILABLE (its upstream's connection was closed)", w.id, err)
+		}
+	}
+}

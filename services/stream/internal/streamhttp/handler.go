@@ -173,18 +173,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// Subscribe before the first Sync so no change after it is missed.
+	// Notifications are hints: while NATS is down the stream opens at once
+	// (no flush is attempted), the subscription comes back with the
+	// connection, and the poll keeps the stream correct meanwhile.
 	c := newConn(s, chatID, resume)
-	sub, err := notify.SubscribeUpdates(s.NATS, chatID, c.notified)
-	if err != nil {
-		s.log().Error("subscribe to chat updates", "chat_id", chatID, "error", err)
-		writeError(w, http.StatusServiceUnavailable, "could not subscribe to chat updates")
-		return
-	}
-	defer sub.Unsubscribe() //nolint:errcheck // best effort on the way out
-	if err := s.NATS.FlushTimeout(2 * time.Second); err != nil {
-		// Notifications are hints: the poll still keeps the stream correct.
-		s.log().Warn("flush chat update subscription", "chat_id", chatID, "error", err)
-	}
+	kept, _ := notify.Keep(s.NATS, func() (*nats.Subscription, error) {
+		return notify.SubscribeUpdates(s.NATS, chatID, c.notified)
+	}, notify.KeepOptions{Subject: notify.UpdateSubject(chatID), Log: s.log()})
+	defer kept.Stop()
 
 	if sse {
 		s.serveSSE(ctx, w, c)

@@ -127,15 +127,15 @@ func New(pool *pgxpool.Pool, machine *chatstate.Machine, nc *nats.Conn, spawner 
 // overlap; wake-ups during a pass coalesce into one more pass.
 func (l *Loop) Run(ctx context.Context) error {
 	if l.nc != nil {
-		sub, err := notify.SubscribeOwnership(l.nc, func(n *chatdv1.OwnershipNotification) { l.hint(n.GetChatId()) })
-		if err != nil {
-			return fmt.Errorf("error subscribing to %s: %w", notify.OwnershipSubject, err)
-		}
-		defer func() { _ = sub.Unsubscribe() }()
-		// The subscription must be live before the first pass reads the
+		// The subscription should be live before the first pass reads the
 		// candidates, or a chat made runnable in between waits for the
-		// timer. While NATS is down it gives up within a second; the timer covers.
-		_ = l.nc.FlushTimeout(time.Second)
+		// timer. NATS is a hint: Keep never waits for an outage, and once
+		// the subscription is confirmed after one (ownership notifications
+		// may have been lost) it asks for a full pass.
+		kept, _ := notify.Keep(l.nc, func() (*nats.Subscription, error) {
+			return notify.SubscribeOwnership(l.nc, l.notified)
+		}, notify.KeepOptions{Subject: notify.OwnershipSubject, OnRestore: l.Wake, Clock: l.cfg.Clock, Log: l.cfg.Log})
+		defer kept.Stop()
 	}
 	ticker := l.cfg.Clock.NewTicker(l.cfg.Interval)
 	defer ticker.Stop()
@@ -175,6 +175,17 @@ func (l *Loop) waitForPass(ctx context.Context, tick <-chan time.Time) bool {
 	}
 }
 
+// notified handles a chat:ownership notification: one naming a chat is a
+// hint; one without a chat says a limiter slot was freed somewhere, which
+// calls for a full pass.
+func (l *Loop) notified(n *chatdv1.OwnershipNotification) {
+	if notify.IsSlotFreed(n) {
+		l.Wake()
+		return
+	}
+	l.hint(n.GetChatId())
+}
+
 // hint queues a chat named by a chat:ownership notification; an unreadable
 // ID or a full queue falls back to a full pass.
 func (l *Loop) hint(chatID string) {
@@ -201,10 +212,17 @@ func (l *Loop) Wake() {
 
 // Released is called when one of this worker's runners for chatID has
 // exited: the chat may have left ownership and freed a limiter slot. It
-// runs a pass here at once and publishes chat:ownership so every other
-// replica does too: a chat refused for capacity waits for a slot, not for
-// the periodic timer.
+// runs a pass here at once and tells every other replica to run one too: a
+// chat refused for capacity waits for a slot, not for the periodic timer.
+// With the limiter on, that is the slot-freed notification (a full pass
+// everywhere, whichever chat was refused); without it, chat:ownership for
+// chatID, in case the runner left it runnable. It keeps working after Run
+// ended, so a draining worker still wakes the others.
 func (l *Loop) Released(chatID uuid.UUID) {
+	if !l.cfg.Limits.Unlimited() {
+		l.SlotsFreed()
+		return
+	}
 	l.Wake()
 	if l.nc == nil {
 		return
@@ -215,12 +233,27 @@ func (l *Loop) Released(chatID uuid.UUID) {
 	if snap, err := l.machine.Get(ctx, chatID); err == nil {
 		n = notify.OwnershipFromSnapshot(snap)
 	}
+	l.publish(n, chatID.String())
+}
+
+// SlotsFreed runs a pass here and publishes the slot-freed notification, so
+// that every replica runs a full acquisition pass: call it when chats left
+// this worker's ownership (a drain releasing them).
+func (l *Loop) SlotsFreed() {
+	l.Wake()
+	if l.nc != nil {
+		l.publish(notify.SlotFreed(), "")
+	}
+}
+
+// publish sends n on chat:ownership; a failure is logged, never returned.
+func (l *Loop) publish(n *chatdv1.OwnershipNotification, chatID string) {
 	data, err := proto.Marshal(n)
 	if err == nil {
 		err = l.nc.Publish(notify.OwnershipSubject, data)
 	}
 	if err != nil {
-		l.cfg.Log.Warn("publish chat ownership after release", "chat_id", chatID.String(), "error", err.Error())
+		l.cfg.Log.Warn("publish chat ownership after release", "chat_id", chatID, "error", err.Error())
 	}
 }
 

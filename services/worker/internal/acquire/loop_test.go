@@ -11,6 +11,8 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chatd/chatd/pkg/chatstate"
@@ -60,6 +62,26 @@ type worker struct {
 	// stopLoop stops the acquisition loop only; stopManager the manager
 	// only; stop both.
 	stopLoop, stopManager, stop func()
+	// metrics reads the loop's metrics.
+	metrics *sdkmetric.ManualReader
+}
+
+// passes is how many acquisition passes the worker's loop has finished.
+func (w *worker) passes(t *testing.T) uint64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, w.metrics.Collect(context.Background(), &rm))
+	var n uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == acquire.MetricPassDuration {
+				for _, p := range m.Data.(metricdata.Histogram[float64]).DataPoints {
+					n += p.Count
+				}
+			}
+		}
+	}
+	return n
 }
 
 // startWorker runs a worker until the test ends or stop is called.
@@ -73,8 +95,15 @@ func (b *bundle) startWorker(t *testing.T, limits acquire.Limits) *worker {
 func (b *bundle) startWorkerClocked(t *testing.T, limits acquire.Limits, now func() time.Time) *worker {
 	t.Helper()
 	nc := natstest.Connect(t, b.url)
+<<<<<<< HEAD
 	w := &worker{id: uuid.New(), clock: clockwork.NewFakeClock(), runners: &managertest.Factory{}}
 	w.machine = chatstate.New(b.pool, chatstate.Config{Now: now, AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
+=======
+	w := &worker{id: uuid.New(), clock: clockwork.NewFakeClock(), runners: &managertest.Factory{}, metrics: sdkmetric.NewManualReader()}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(w.metrics))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	w.machine = chatstate.New(b.pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
+>>>>>>> natshint
 	w.mgr = manager.New(b.pool, runner.Deps{Pool: b.pool, Machine: w.machine, NATS: nc}, manager.Config{
 		WorkerID: w.id,
 		Lease:    lease,
@@ -83,7 +112,7 @@ func (b *bundle) startWorkerClocked(t *testing.T, limits acquire.Limits, now fun
 		Clock:    w.clock,
 	})
 	w.loop = acquire.New(b.pool, w.machine, nc, w.mgr, acquire.Config{
-		WorkerID: w.id, Lease: lease, Limits: limits, Clock: w.clock,
+		WorkerID: w.id, Lease: lease, Limits: limits, Clock: w.clock, MeterProvider: mp,
 	})
 	w.stopManager = runUntilStopped(func(ctx context.Context) { _ = w.mgr.Run(ctx) })
 	w.stopLoop = runUntilStopped(func(ctx context.Context) { _ = w.loop.Run(ctx) })
@@ -261,8 +290,9 @@ func TestLimiter(t *testing.T) {
 }
 
 // TestReleaseWakesAcquisition: when a runner is cleaned up, its worker
-// runs a pass at once and publishes chat:ownership, so a chat refused for
-// capacity is admitted without waiting for the timer.
+// runs a pass at once and publishes the slot-freed chat:ownership (no
+// chat), so a chat refused for capacity is admitted without waiting for the
+// timer.
 func TestReleaseWakesAcquisition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -296,7 +326,7 @@ func TestReleaseWakesAcquisition(t *testing.T) {
 
 	select {
 	case n := <-published:
-		require.Equal(t, owned.ChatID.String(), n.ChatId)
+		require.True(t, notify.IsSlotFreed(n), "got %v, want the slot-freed notification", n)
 	case <-time.After(waitFor):
 		t.Fatal("no chat:ownership published after the release")
 	}
@@ -306,6 +336,40 @@ func TestReleaseWakesAcquisition(t *testing.T) {
 		return ok && o.ChatID == w.id
 	}, waitFor, tick)
 	require.Eventually(t, func() bool { return len(w.runners.Runners()) == 2 }, waitFor, tick)
+}
+
+// TestFreedSlotWakesAnotherReplica: a worker that frees a limiter slot
+// while it drains (its acquisition loop stopped, its runners finishing)
+// makes another replica run a full pass, which admits a chat refused for
+// capacity with no clock advance: the hint does not name that chat.
+func TestFreedSlotWakesAnotherReplica(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limits := acquire.Limits{MaxRootChats: 1}
+	ids := b.tenant.Chats(t, b.pool, 1, "running", nil)
+	draining := b.startWorker(t, limits)
+	require.Eventually(t, func() bool { return len(draining.runners.Runners()) == 1 }, waitFor, tick)
+	owned := draining.runners.Runners()[0].Spec
+	draining.stopLoop() // the drain begins: no more acquisitions here
+
+	// The other replica's first pass is over before the refused chat
+	// exists, and its clock stands still: only a notification can make it
+	// look again.
+	other := b.startWorker(t, limits)
+	require.Eventually(t, func() bool { return other.passes(t) >= 1 }, waitFor, tick)
+	refused := b.tenant.Chats(t, b.pool, 1, "running", nil)[0]
+	require.Equal(t, ids[0], owned.ChatID)
+
+	// The draining worker's turn ends: the runner gives the chat up.
+	_, err := b.pool.Exec(context.Background(),
+		`UPDATE chats SET status = 'waiting', worker_id = NULL, runner_id = NULL WHERE id = $1`, owned.ChatID)
+	require.NoError(t, err)
+	draining.mgr.RequestCleanup(owned.ChatID, owned.RunnerID)
+
+	require.Eventually(t, func() bool {
+		o, ok := b.owners(t, []uuid.UUID{refused})[refused]
+		return ok && o.ChatID == other.id
+	}, waitFor, tick, "the other replica never admitted the refused chat")
 }
 
 // TestSpawnFailureAbandons: a chat acquired when the manager has stopped is

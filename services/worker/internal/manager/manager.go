@@ -1,7 +1,8 @@
 // Package manager is the worker's runner manager (spec "Runner manager"):
 // it runs one goroutine per chat runner, keyed by (chat ID, runner ID), and
 // its four loops — main (spawn, cleanup, cleanup completion), database sync,
-// heartbeat and heartbeat cleanup.
+// heartbeat and heartbeat cleanup (which also prunes stale chat_workers
+// rows).
 package manager
 
 import (
@@ -399,6 +400,11 @@ func (m *Manager) cleanupLoop(ctx context.Context) {
 	m.tick(ctx, m.cfg.CleanupInterval, func(ctx context.Context) {
 		if _, err := m.CleanupOnce(ctx); err != nil && ctx.Err() == nil {
 			m.cfg.Log.Warn("heartbeat cleanup", "error", err.Error())
+		}
+		if n, err := m.PruneWorkersOnce(ctx); err != nil && ctx.Err() == nil {
+			m.cfg.Log.Warn("worker registry cleanup", "error", err.Error())
+		} else if n > 0 {
+			m.cfg.Log.Info("pruned stale worker registrations", "workers", n)
 		}
 	})
 }

@@ -338,3 +338,32 @@ func TestWorkerRegistry(t *testing.T) {
 	_, err := q.ChatWorkerGet(ctx, b.workerID)
 	require.ErrorIs(t, err, pgx.ErrNoRows)
 }
+
+// The cleanup prunes the chat_workers rows of workers that stopped renewing
+// them for two leases (crashed) and keeps the rows of live workers.
+func TestCleanupPrunesStaleWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t, manager.Config{})
+	ctx := context.Background()
+	q := queries.New(b.pool)
+	crashed, late, live := uuid.New(), uuid.New(), uuid.New()
+	for _, id := range []uuid.UUID{crashed, late, live} {
+		require.NoError(t, q.ChatWorkerUpsert(ctx, queries.ChatWorkerUpsertParams{ID: id, PartsAddr: "w:7002"}))
+	}
+	stale := func(id uuid.UUID, age time.Duration) {
+		_, err := b.pool.Exec(ctx, `UPDATE chat_workers SET heartbeat_at = now() - make_interval(secs => $2) WHERE id = $1`, id, age.Seconds())
+		require.NoError(t, err)
+	}
+	stale(crashed, 2*lease+time.Second)
+	stale(late, 2*lease-5*time.Second) // missed a few ticks, not two leases
+
+	n, err := b.mgr.PruneWorkersOnce(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	_, err = q.ChatWorkerGet(ctx, crashed)
+	require.ErrorIs(t, err, pgx.ErrNoRows)
+	for _, id := range []uuid.UUID{late, live} {
+		_, err = q.ChatWorkerGet(ctx, id)
+		require.NoError(t, err, "worker %s", id)
+	}
+}

@@ -3,13 +3,13 @@ package runner
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
+	"github.com/nats-io/nats.go"
 
 	"github.com/chatd/chatd/pkg/chatstate"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
@@ -135,24 +135,23 @@ func (r *runner) Run(ctx context.Context) error {
 	defer cancel()
 
 	// Subscribe first, then fetch: no update after the fetch can be missed.
-	sub, err := notify.SubscribeUpdates(r.deps.NATS, r.spec.ChatID, func(n *chatdv1.ChatUpdateNotification) {
-		if ev, ok := eventFromNotification(n); ok {
-			r.submit(ev)
-		} else {
-			r.log.Warn("skip chat update notification with a malformed owner")
-		}
+	// NATS is only a hint: while it is down the subscription is retried
+	// in the background, the manager's database sync delivers the chat's
+	// state meanwhile, and the chat is re-read once the subscription is
+	// back (updates published in between were lost).
+	kept, _ := notify.Keep(r.deps.NATS, func() (*nats.Subscription, error) {
+		return notify.SubscribeUpdates(r.deps.NATS, r.spec.ChatID, func(n *chatdv1.ChatUpdateNotification) {
+			if ev, ok := eventFromNotification(n); ok {
+				r.submit(ev)
+			} else {
+				r.log.Warn("skip chat update notification with a malformed owner")
+			}
+		})
+	}, notify.KeepOptions{
+		Subject: notify.UpdateSubject(r.spec.ChatID), Clock: r.clock, Log: r.log,
+		OnRestore: func() { r.refetch(ctx) },
 	})
-	if err != nil {
-		return fmt.Errorf("error subscribing to updates of chat %s: %w", r.spec.ChatID, err)
-	}
-	defer func() {
-		if err := sub.Unsubscribe(); err != nil {
-			r.log.Warn("unsubscribe chat updates", slog.String("error", err.Error()))
-		}
-	}()
-	if err := r.deps.NATS.Flush(); err != nil {
-		return fmt.Errorf("error flushing the subscription to chat %s: %w", r.spec.ChatID, err)
-	}
+	defer kept.Stop()
 
 	l := &loop{
 		workerID: r.spec.WorkerID, runnerID: r.spec.RunnerID,
@@ -210,6 +209,20 @@ func (r *runner) bootstrap(ctx context.Context) bool {
 			return false
 		}
 	}
+}
+
+// refetch reads the chat once and feeds it to the loop, after the update
+// subscription came back from an outage. A failure is only logged: the
+// manager's database sync delivers the state a moment later.
+func (r *runner) refetch(ctx context.Context) {
+	snap, err := r.deps.Machine.Get(ctx, r.spec.ChatID)
+	if err != nil {
+		if ctx.Err() == nil && !errors.Is(err, chatstate.ErrChatNotFound) {
+			r.log.Warn("re-read chat after the update subscription was restored", slog.String("error", err.Error()))
+		}
+		return
+	}
+	r.submit(EventFromChat(snap.Chat))
 }
 
 func (r *runner) requestCleanup() {

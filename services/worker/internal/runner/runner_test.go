@@ -99,13 +99,25 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	return newEnvOn(t, dbtest.NewPool(t))
+	return newEnvWith(t, dbtest.NewPool(t), natstest.NewConn(t))
 }
 
 // newEnvOn is newEnv over pool.
 func newEnvOn(t testing.TB, pool *pgxpool.Pool) *env {
 	t.Helper()
-	nc := natstest.NewConn(t)
+	return newEnvWith(t, pool, natstest.NewConn(t))
+}
+
+// newEnvConn is newEnv over nc, which both the runners and the publisher
+// use.
+func newEnvConn(t *testing.T, nc *nats.Conn) *env {
+	t.Helper()
+	return newEnvWith(t, dbtest.NewPool(t), nc)
+}
+
+// newEnvWith is newEnv over pool and nc.
+func newEnvWith(t testing.TB, pool *pgxpool.Pool, nc *nats.Conn) *env {
+	t.Helper()
 	e := &env{
 		t: t, ctx: context.Background(), pool: pool, nc: nc,
 		clock:   clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)),
