@@ -95,15 +95,10 @@ func (b *bundle) startWorker(t *testing.T, limits acquire.Limits) *worker {
 func (b *bundle) startWorkerClocked(t *testing.T, limits acquire.Limits, now func() time.Time) *worker {
 	t.Helper()
 	nc := natstest.Connect(t, b.url)
-<<<<<<< HEAD
-	w := &worker{id: uuid.New(), clock: clockwork.NewFakeClock(), runners: &managertest.Factory{}}
-	w.machine = chatstate.New(b.pool, chatstate.Config{Now: now, AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
-=======
 	w := &worker{id: uuid.New(), clock: clockwork.NewFakeClock(), runners: &managertest.Factory{}, metrics: sdkmetric.NewManualReader()}
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(w.metrics))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
-	w.machine = chatstate.New(b.pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
->>>>>>> natshint
+	w.machine = chatstate.New(b.pool, chatstate.Config{Now: now, AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
 	w.mgr = manager.New(b.pool, runner.Deps{Pool: b.pool, Machine: w.machine, NATS: nc}, manager.Config{
 		WorkerID: w.id,
 		Lease:    lease,
