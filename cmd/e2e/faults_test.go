@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -15,12 +14,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
 	"github.com/chatd/chatd/pkg/db/migrate"
 	"github.com/chatd/chatd/pkg/db/pgcluster"
+	"github.com/chatd/chatd/pkg/natstest"
 )
 
 // TestFaultsUnderLoad: the four services as processes with two workers,
@@ -40,8 +39,8 @@ func TestFaultsUnderLoad(t *testing.T) {
 		turns = 5
 	)
 	dbURL := faultCluster(t)
-	nats := startRestartableNATS(t)
-	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, DatabaseURL: dbURL.url, NATSURL: nats.url(),
+	nats := natstest.NewOutage(t)
+	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, DatabaseURL: dbURL.url, NATSURL: nats.URL(),
 		// The shortest lease the worker accepts and a quick acquisition
 		// pass: the survivor takes the killed worker's chats within
 		// seconds.
@@ -120,10 +119,10 @@ func TestFaultsUnderLoad(t *testing.T) {
 	outage.Lock()
 	outage.down = true
 	outage.Unlock()
-	nats.stop()
+	nats.Stop()
 	pause(5 * time.Second)
 	atOutageEnd := done.Load()
-	nats.start(t)
+	nats.Start()
 	natsBack := time.Now()
 	outage.Lock()
 	outage.down = false
@@ -210,47 +209,6 @@ func faultCluster(t *testing.T) faultDB {
 	url := strings.Replace(c.URL, "/postgres?", "/chatd?", 1)
 	require.NoError(t, migrate.Up(ctx, url))
 	return faultDB{cluster: c, url: url}
-}
-
-// restartableNATS is an in-process NATS server that can be stopped and
-// started again on the same port, so clients reconnect to it.
-type restartableNATS struct {
-	port int
-	mu   sync.Mutex
-	srv  *server.Server
-}
-
-func startRestartableNATS(t *testing.T) *restartableNATS {
-	t.Helper()
-	n := &restartableNATS{port: server.RANDOM_PORT}
-	n.start(t)
-	n.port = n.srv.Addr().(*net.TCPAddr).Port
-	t.Cleanup(n.stop)
-	return n
-}
-
-func (n *restartableNATS) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
-
-func (n *restartableNATS) start(t *testing.T) {
-	t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: n.port, NoLog: true, NoSigs: true})
-	require.NoError(t, err)
-	srv.Start()
-	require.True(t, srv.ReadyForConnections(10*time.Second), "NATS ready on port %d", n.port)
-	n.mu.Lock()
-	n.srv = srv
-	n.mu.Unlock()
-}
-
-func (n *restartableNATS) stop() {
-	n.mu.Lock()
-	srv := n.srv
-	n.srv = nil
-	n.mu.Unlock()
-	if srv != nil {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}
 }
 
 // faultClient calls the REST API and retries what a fault can fail: a
