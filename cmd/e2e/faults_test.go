@@ -35,8 +35,8 @@ import (
 func TestFaultsUnderLoad(t *testing.T) {
 	t.Parallel()
 	const (
-		chats = 24
-		turns = 5
+		chats = 16
+		turns = 4
 	)
 	dbURL := faultCluster(t)
 	nats := natstest.NewOutage(t)
@@ -47,7 +47,7 @@ func TestFaultsUnderLoad(t *testing.T) {
 		WorkerEnv: []string{"CHATD_LEASE_SECONDS=10", "CHATD_ACQUIRE_INTERVAL=250ms"}})
 	c := &faultClient{base: "http://" + s.APIHTTP, token: s.Token}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	ids := make([]string, chats)
 	for i := range ids {
@@ -99,6 +99,8 @@ func TestFaultsUnderLoad(t *testing.T) {
 	}
 
 	// The faults, each once the load has made progress past the last.
+	began := time.Now()
+	phase := func(what string) { t.Logf("%6.1fs %s (%d turns finished)", time.Since(began).Seconds(), what, done.Load()) }
 	waitProgress := func(n int64, what string) {
 		t.Helper()
 		for done.Load() < n {
@@ -119,10 +121,12 @@ func TestFaultsUnderLoad(t *testing.T) {
 	outage.Lock()
 	outage.down = true
 	outage.Unlock()
+	phase("NATS stops")
 	nats.Stop()
 	pause(5 * time.Second)
 	atOutageEnd := done.Load()
 	nats.Start()
+	phase("NATS starts")
 	natsBack := time.Now()
 	outage.Lock()
 	outage.down = false
@@ -130,15 +134,19 @@ func TestFaultsUnderLoad(t *testing.T) {
 	waitProgress(atOutageEnd+chats, "after NATS returned")
 	sinceNATS := time.Since(natsBack)
 
+	phase("Postgres stops")
 	require.NoError(t, dbURL.cluster.Stop())
 	pause(3 * time.Second)
 	require.NoError(t, dbURL.cluster.Start())
+	phase("Postgres starts")
 	pgBack := time.Now()
 	waitProgress(done.Load()+chats/2, "after Postgres returned")
 	sincePG := time.Since(pgBack)
 
+	phase("worker 0 killed")
 	s.Workers[0].Kill(t)
 	wg.Wait()
+	phase("every turn finished")
 	close(errs)
 	for err := range errs {
 		t.Errorf("%v", err)
