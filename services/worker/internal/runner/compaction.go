@@ -215,7 +215,7 @@ func (r *runner) compact(ctx context.Context, in intent, p plan) (again bool, er
 	if cp.override != nil {
 		// Built here, not at preparation: a broken override fails only
 		// the turns that compact, and it fails them visibly.
-		model, err = llm.Open(cp.override.Provider, cp.override.Config)
+		model, err = r.open(cp.override.Provider, cp.override.Config)
 		if err != nil {
 			return false, r.finishError(ctx, in, fmt.Sprintf("the compaction model %s could not be used: %v", cp.override.Config.Model, err))
 		}

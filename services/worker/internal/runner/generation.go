@@ -209,9 +209,10 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan) erro
 	return nil
 }
 
-// finishError parks the chat in error with msg, under the fence.
+// finishError parks the chat in error with msg, under the fence; a
+// transient database failure is retried (commit.go).
 func (r *runner) finishError(ctx context.Context, in intent, msg string) error {
-	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error { return tx.FinishError(ctx, msg) })
+	_, err := r.commit(ctx, in, "finish_error", func(tx *chatstate.Tx) error { return tx.FinishError(ctx, msg) })
 	if err == nil {
 		r.turns.invalidate(ctx, telemetry.OutcomeError, errors.New(msg))
 	}
@@ -295,7 +296,9 @@ func (r *runner) retryAfter(ctx context.Context, in intent, n int64, callErr err
 		Attempt: n, DelayMS: delay.Milliseconds(), Error: callErr.Error(),
 		Kind: llm.Retryable.String(), RetryingAt: r.clock.Now().Add(delay),
 	}
-	if _, err := r.update(ctx, in, func(tx *chatstate.Tx) error { return tx.RecordRetryState(ctx, state) }); err != nil {
+	// Retried on a database blip (commit.go): a new decision would count
+	// another attempt without its backoff.
+	if _, err := r.commit(ctx, in, "record_retry_state", func(tx *chatstate.Tx) error { return tx.RecordRetryState(ctx, state) }); err != nil {
 		return false, err
 	}
 	_, wait := r.stages.Start(ctx, telemetry.StageRetryBackoff,
@@ -329,11 +332,19 @@ func (r *runner) openModel(ctx context.Context, chat queries.Chat) (llm.Model, m
 	if err != nil {
 		return nil, cfg, err
 	}
-	model, err := llm.Open(prov, cfg)
+	model, err := r.open(prov, cfg)
 	if err != nil {
 		return nil, cfg, &terminalError{msg: err.Error()}
 	}
 	return model, cfg, nil
+}
+
+// open builds the model of cfg (Deps.OpenModel, else llm.Open).
+func (r *runner) open(prov modelconfig.Provider, cfg modelconfig.ModelConfig) (llm.Model, error) {
+	if r.deps.OpenModel != nil {
+		return r.deps.OpenModel(prov, cfg)
+	}
+	return llm.Open(prov, cfg)
 }
 
 // streamPart is the JSON of one streamed delta in the part buffer: the
@@ -552,11 +563,13 @@ func (r *runner) commitResponse(ctx context.Context, in intent, p plan, cfg mode
 	return r.commitToolStep(ctx, in, step, hookErr)
 }
 
-// commitStep applies CommitStep under the fence, in the commit stage.
+// commitStep applies CommitStep under the fence, in the commit stage. A
+// transient database failure is retried with the same step (commit.go):
+// the model is not called again, the tools do not run again.
 func (r *runner) commitStep(ctx context.Context, in intent, step chatstate.Step) error {
 	_, commit := r.stages.Start(ctx, telemetry.StageCommit)
 	var attempt int64
-	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
+	_, err := r.commit(ctx, in, "commit_step", func(tx *chatstate.Tx) error {
 		attempt = tx.Chat().GenerationAttempt
 		_, err := tx.CommitStep(ctx, step)
 		return err

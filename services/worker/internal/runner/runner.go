@@ -21,6 +21,8 @@ import (
 )
 
 // Config defaults (DESIGN.md "From chat-runs", spec "Generation goroutine").
+// DefaultMaxGenerationRetries, DefaultTTFTTimeout and DefaultStreamIdleTimeout
+// are the worker settings' defaults: in Config, zero turns those off.
 const (
 	DefaultMaxGenerationRetries = 25
 	DefaultMaxStepsPerTurn      = 1200
@@ -28,11 +30,9 @@ const (
 	DefaultRetryMaxDelay        = 30 * time.Second
 )
 
-// withDefaults fills the zero fields of c.
+// withDefaults fills the zero fields of c that have a default.
 func (c Config) withDefaults() Config {
-	if c.MaxGenerationRetries <= 0 {
-		c.MaxGenerationRetries = DefaultMaxGenerationRetries
-	}
+	c.MaxGenerationRetries = max(c.MaxGenerationRetries, 0)
 	if c.MaxStepsPerTurn <= 0 {
 		c.MaxStepsPerTurn = DefaultMaxStepsPerTurn
 	}
