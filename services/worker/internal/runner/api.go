@@ -52,7 +52,8 @@ type Config struct {
 	MaxGenerationRetries int           // CHATD_MAX_GENERATION_RETRIES (default 25); 0 = no retries
 	MaxStepsPerTurn      int           // CHATD_MAX_STEPS_PER_TURN, default 1200
 	TurnMaxDuration      time.Duration // CHATD_TURN_MAX_SECONDS; 0 = unlimited
-	TTFTTimeout          time.Duration // CHATD_TTFT_TIMEOUT_SECONDS; 0 = none
+	TTFTTimeout          time.Duration // CHATD_TTFT_TIMEOUT_SECONDS (default 5m); 0 = none
+	StreamIdleTimeout    time.Duration // CHATD_MODEL_IDLE_TIMEOUT_SECONDS (default 2m); 0 = none
 	RetryBaseDelay       time.Duration // first backoff, default 1s
 	RetryMaxDelay        time.Duration // backoff cap, default 30s
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -281,11 +282,15 @@ func (r *runner) summarize(ctx context.Context, model llm.Model, req llm.Request
 			_, _ = buf.AddPart(ep, string(chatstate.RoleAssistant), data)
 		}
 	}
+	// The summary's stream has the model call's timeouts.
+	watch := r.watchStream(ctx, time.Time{})
+	defer watch.stop()
 	var acc llm.Accumulator
-	for ev, err := range model.Stream(ctx, req) {
+	for ev, err := range model.Stream(watch.ctx, req) {
 		if err != nil {
-			return "", err
+			return "", watch.err(ctx, err)
 		}
+		watch.event()
 		if err := acc.Add(ev); err != nil {
 			return "", llm.NewFatal(err)
 		}

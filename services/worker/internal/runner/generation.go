@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,14 +25,6 @@ import (
 
 // errTurnLimit ends a model call that ran past the turn time limit.
 var errTurnLimit = errors.New("turn time limit reached")
-
-// ttftError is the cause of a call cancelled because no event arrived
-// within the first-token timeout.
-type ttftError struct{ timeout time.Duration }
-
-func (e *ttftError) Error() string {
-	return fmt.Sprintf("the model sent nothing within the first-token timeout of %s", e.timeout)
-}
 
 // terminalError is a preparation failure no retry can fix; the turn ends in
 // error with its message.
@@ -355,7 +346,8 @@ type streamPart struct {
 }
 
 // stream runs one model call in its own part-buffer episode, with the
-// first-token timeout and the turn deadline on the runner's clock.
+// first-token and idle timeouts and the turn deadline on the runner's clock
+// (streamwatch.go).
 func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, ep partbuf.Episode, turnDeadline time.Time) (llm.Response, error) {
 	if buf := r.deps.Parts; buf != nil {
 		if err := buf.CreateEpisode(ep); err != nil {
@@ -364,21 +356,9 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 		defer buf.CloseEpisode(ep)
 		_ = buf.StartModelInvocation(ep)
 	}
-	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var started atomic.Bool
-	if d := r.cfg.TTFTTimeout; d > 0 {
-		t := r.clock.AfterFunc(d, func() {
-			if !started.Load() {
-				cancel(&ttftError{timeout: d})
-			}
-		})
-		defer t.Stop()
-	}
-	if !turnDeadline.IsZero() {
-		t := r.clock.AfterFunc(turnDeadline.Sub(r.clock.Now()), func() { cancel(errTurnLimit) })
-		defer t.Stop()
-	}
+	watch := r.watchStream(ctx, turnDeadline)
+	defer watch.stop()
+	sctx := watch.ctx
 	sm := stageModel(model.Info(), req.ReasoningEffort)
 	sctx, streamStage := r.stages.Start(sctx, telemetry.StageStream, telemetry.WithModel(sm))
 	_, ttft := r.stages.Start(sctx, telemetry.StageTTFT, telemetry.WithModel(sm))
@@ -390,7 +370,7 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 			callErr = err
 			break
 		}
-		started.Store(true)
+		watch.event()
 		if isOutputPart(ev) {
 			ttft.End(nil) // the first output part closes the window; later Ends are no-ops
 		}
@@ -411,15 +391,7 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 	if callErr == nil && !acc.Finished() {
 		callErr = llm.NewRetryable(errors.New("the model stream ended without a finish event"))
 	}
-	if callErr != nil && ctx.Err() == nil {
-		var ttft *ttftError
-		switch cause := context.Cause(sctx); {
-		case errors.As(cause, &ttft):
-			callErr = llm.NewRetryable(cause)
-		case errors.Is(cause, errTurnLimit):
-			callErr = errTurnLimit
-		}
-	}
+	callErr = watch.err(ctx, callErr)
 	return llm.Response{Content: acc.Content(), Usage: acc.Usage(), FinishReason: acc.FinishReason()}, callErr
 }
 
