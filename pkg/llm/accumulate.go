@@ -44,6 +44,8 @@ func (a *Accumulator) Add(ev Event) error {
 			return fmt.Errorf("llm: tool call as part %d, have %d parts", ev.Part, len(a.parts))
 		}
 		a.parts = append(a.parts, chatmsg.ToolCall(ev.ToolCall.ID, ev.ToolCall.Name, ev.ToolCall.Input))
+	case EventProgress:
+		// Activity only: no content.
 	case EventUsage:
 		a.usage = ev.Usage
 	case EventFinish:

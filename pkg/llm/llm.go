@@ -143,6 +143,12 @@ const (
 	EventUsage EventType = "usage"
 	// EventFinish ends a successful response; it is always the last event.
 	EventFinish EventType = "finish"
+	// EventProgress says the provider is streaming output that no other
+	// event carries yet: a tool call's arguments, reported whole by the
+	// tool-call event once complete. It has no fields and changes no
+	// content (Accumulator ignores it); callers that time silences out
+	// count it as activity, so a long tool call is not taken for a stall.
+	EventProgress EventType = "progress"
 )
 
 // Event is one element of a streamed response.

@@ -40,6 +40,38 @@ var anthropicStream = []sseEvent{
 	named(`{"type":"message_stop"}`),
 }
 
+// TestToolInputProgress: while a tool call's arguments stream in, the
+// model yields progress events (a caller's idle timeout sees activity);
+// the call itself arrives whole once its arguments are complete.
+func TestToolInputProgress(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	f.serve(streamSSE(anthropicStream...))
+	m := open(t, modelconfig.ProviderAnthropic, f.srv.URL, "sk-ant-test", "claude-opus-4-6", "")
+	req := conversation()
+	req.Messages = req.Messages[len(req.Messages)-1:]
+	evs, err := drainAll(t, m, req)
+	require.NoError(t, err)
+	var kinds []llm.EventType
+	for _, ev := range evs {
+		if ev.Type == llm.EventProgress {
+			require.Equal(t, llm.Event{Type: llm.EventProgress}, ev, "a progress event carries nothing")
+		}
+		if len(kinds) == 0 || kinds[len(kinds)-1] != ev.Type {
+			kinds = append(kinds, ev.Type) // runs of one type collapse
+		}
+	}
+	require.Equal(t, []llm.EventType{
+		llm.EventReasoningDelta, llm.EventTextDelta,
+		llm.EventProgress, llm.EventToolCall, // Rome's arguments, then the call
+		llm.EventProgress, llm.EventToolCall, // Oslo's
+		llm.EventUsage, llm.EventFinish,
+	}, kinds)
+	resp, err := llm.Collect(m.Stream(t.Context(), req))
+	require.NoError(t, err)
+	require.Len(t, resp.Content, 4, "progress adds no content")
+}
+
 func TestAnthropic(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)

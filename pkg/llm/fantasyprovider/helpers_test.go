@@ -167,8 +167,22 @@ func open(t *testing.T, typ modelconfig.ProviderType, baseURL, key, model string
 	return m
 }
 
-// drain runs a stream to its end with a time limit.
+// drain runs a stream to its end with a time limit and returns its
+// content events (progress events are TestToolInputProgress's).
 func drain(t *testing.T, m llm.Model, req llm.Request) ([]llm.Event, error) {
+	t.Helper()
+	evs, err := drainAll(t, m, req)
+	content := evs[:0:0]
+	for _, ev := range evs {
+		if ev.Type != llm.EventProgress {
+			content = append(content, ev)
+		}
+	}
+	return content, err
+}
+
+// drainAll runs a stream to its end with a time limit.
+func drainAll(t *testing.T, m llm.Model, req llm.Request) ([]llm.Event, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -90,6 +90,12 @@ func (t *partTracker) event(p fantasy.StreamPart) (ev llm.Event, done bool, err 
 		t.close(llm.EventTextDelta, p.ID)
 	case fantasy.StreamPartTypeReasoningEnd:
 		t.close(llm.EventReasoningDelta, p.ID)
+	case fantasy.StreamPartTypeToolInputStart, fantasy.StreamPartTypeToolInputDelta:
+		// The arguments arrive whole with the tool call; meanwhile the
+		// stream is not idle.
+		if !p.ProviderExecuted {
+			return llm.Event{Type: llm.EventProgress}, false, nil
+		}
 	case fantasy.StreamPartTypeToolCall:
 		if p.ProviderExecuted {
 			return llm.Event{}, false, nil

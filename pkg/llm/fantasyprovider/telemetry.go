@@ -15,9 +15,11 @@ import (
 // telemetry.StageModel on the call's context, so the attempt carries the
 // model that made it, whichever stage it runs in (stream, compaction).
 
-// httpClient is the SDK client of every Model.
+// httpClient is the SDK client of every Model. Its transport bounds each
+// phase before the response (transport.go); nothing bounds the whole
+// request, since a stream lasts as long as the answer.
 func httpClient() *http.Client {
-	return &http.Client{Transport: telemetry.AttemptTransport(http.DefaultTransport)}
+	return &http.Client{Transport: telemetry.AttemptTransport(providerTransport)}
 }
 
 // stageModel is the model's telemetry.StageModel: provider is the wire

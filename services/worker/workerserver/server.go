@@ -38,10 +38,7 @@ const (
 )
 
 // Runner limits' defaults (issue "Generation goroutine").
-const (
-	defaultMaxGenerationRetries = 25
-	defaultMaxStepsPerTurn      = 1200
-)
+const defaultMaxStepsPerTurn = 1200
 
 // heartbeatConns is the heartbeat loop's own pool: one tick at a time,
 // one connection, kept open and never shared with the runners.
@@ -82,9 +79,10 @@ type Config struct {
 	// MaxRootChats and MaxSubagentChats are the limiter's pools; 0 is
 	// unlimited.
 	MaxRootChats, MaxSubagentChats int
-	// MaxGenerationRetries, MaxStepsPerTurn, TurnMaxSeconds and
-	// TTFTTimeoutSeconds are the runner's limits.
-	MaxGenerationRetries, MaxStepsPerTurn, TurnMaxSeconds, TTFTTimeoutSeconds int
+	// MaxGenerationRetries, MaxStepsPerTurn, TurnMaxSeconds,
+	// TTFTTimeoutSeconds and ModelIdleTimeoutSeconds are the runner's
+	// limits (RunnerConfig).
+	MaxGenerationRetries, MaxStepsPerTurn, TurnMaxSeconds, TTFTTimeoutSeconds, ModelIdleTimeoutSeconds int
 	// AutoArchiveDays is how long a chat family must be idle before it is
 	// archived; 0 turns auto-archive off.
 	AutoArchiveDays int
@@ -107,16 +105,18 @@ func (c *Config) Declare(v *service.Vars) {
 		"Top-level chats running at once across the deployment; 0 is unlimited.")
 	v.Int(&c.MaxSubagentChats, "CHATD_MAX_SUBAGENT_CHATS", acquire.DefaultMaxSubagentChats, 0,
 		"Subagent chats running at once across the deployment; 0 is unlimited.")
-	v.Int(&c.MaxGenerationRetries, "CHATD_MAX_GENERATION_RETRIES", defaultMaxGenerationRetries, 0,
-		"Generation attempts of one history before the chat fails with its last error.")
+	v.Int(&c.MaxGenerationRetries, "CHATD_MAX_GENERATION_RETRIES", runner.DefaultMaxGenerationRetries, 0,
+		"Retries of a failed model call (retryable errors only) before the chat fails with its last error; 0 is no retries.")
 	v.Int(&c.MaxStepsPerTurn, "CHATD_MAX_STEPS_PER_TURN", defaultMaxStepsPerTurn, 1,
 		"Model steps in one turn before the turn is finished like a completed one.")
 	v.Int(&c.TurnMaxSeconds, "CHATD_TURN_MAX_SECONDS", 0, 0,
 		"Longest a turn may run, in seconds; 0 is no limit.")
 	v.Int(&c.AutoArchiveDays, "CHATD_AUTO_ARCHIVE_DAYS", 0, 0,
 		"Days a chat family must be idle before the worker archives it; 0 turns auto-archive off.")
-	v.Int(&c.TTFTTimeoutSeconds, "CHATD_TTFT_TIMEOUT_SECONDS", 0, 0,
-		"Seconds a model call may wait for its first token before it is retried; 0 is no timeout.")
+	v.Int(&c.TTFTTimeoutSeconds, "CHATD_TTFT_TIMEOUT_SECONDS", int(runner.DefaultTTFTTimeout/time.Second), 0,
+		"Seconds a model call may wait for its first event before it is retried; 0 is no timeout.")
+	v.Int(&c.ModelIdleTimeoutSeconds, "CHATD_MODEL_IDLE_TIMEOUT_SECONDS", int(runner.DefaultStreamIdleTimeout/time.Second), 0,
+		"Seconds a model stream may go without an event after its first before the call is retried; 0 is no timeout.")
 	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
 		if c.AcquireInterval <= 0 {
@@ -128,6 +128,18 @@ func (c *Config) Declare(v *service.Vars) {
 
 // Lease returns the ownership lease.
 func (c *Config) Lease() time.Duration { return time.Duration(c.LeaseSeconds) * time.Second }
+
+// RunnerConfig returns the runner's limits. A setting of 0 reaches the
+// runner as 0: no retries, no timeout, no turn limit.
+func (c *Config) RunnerConfig() runner.Config {
+	return runner.Config{
+		MaxGenerationRetries: c.MaxGenerationRetries,
+		MaxStepsPerTurn:      c.MaxStepsPerTurn,
+		TurnMaxDuration:      time.Duration(c.TurnMaxSeconds) * time.Second,
+		TTFTTimeout:          time.Duration(c.TTFTTimeoutSeconds) * time.Second,
+		StreamIdleTimeout:    time.Duration(c.ModelIdleTimeoutSeconds) * time.Second,
+	}
+}
 
 // Drain returns the shutdown drain bound.
 func (c *Config) Drain() time.Duration { return time.Duration(c.DrainSeconds) * time.Second }
@@ -213,12 +225,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		TracerProvider:  tel.TracerProvider,
 		MeterProvider:   tel.MeterProvider,
 		Experiments:     cfg.Hooks.Experiments, // chat-stage-metrics gates the stage metrics
-		Config: runner.Config{
-			MaxGenerationRetries: cfg.MaxGenerationRetries,
-			MaxStepsPerTurn:      cfg.MaxStepsPerTurn,
-			TurnMaxDuration:      time.Duration(cfg.TurnMaxSeconds) * time.Second,
-			TTFTTimeout:          time.Duration(cfg.TTFTTimeoutSeconds) * time.Second,
-		},
+		Config:          cfg.RunnerConfig(),
 	}, manager.Config{
 		WorkerID:      workerID,
 		Lease:         cfg.Lease(),

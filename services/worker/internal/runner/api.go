@@ -17,6 +17,8 @@ import (
 
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/llm"
+	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/services/worker/internal/agenttools"
 )
@@ -47,10 +49,11 @@ func EventFromChat(c queries.Chat) Event {
 // Config holds the runner's limits (DESIGN.md "From chat-runs", spec
 // "Generation goroutine").
 type Config struct {
-	MaxGenerationRetries int           // CHATD_MAX_GENERATION_RETRIES, default 25
+	MaxGenerationRetries int           // CHATD_MAX_GENERATION_RETRIES (default 25); 0 = no retries
 	MaxStepsPerTurn      int           // CHATD_MAX_STEPS_PER_TURN, default 1200
 	TurnMaxDuration      time.Duration // CHATD_TURN_MAX_SECONDS; 0 = unlimited
-	TTFTTimeout          time.Duration // CHATD_TTFT_TIMEOUT_SECONDS; 0 = none
+	TTFTTimeout          time.Duration // CHATD_TTFT_TIMEOUT_SECONDS (default 5m); 0 = none
+	StreamIdleTimeout    time.Duration // CHATD_MODEL_IDLE_TIMEOUT_SECONDS (default 2m); 0 = none
 	RetryBaseDelay       time.Duration // first backoff, default 1s
 	RetryMaxDelay        time.Duration // backoff cap, default 30s
 }
@@ -91,6 +94,9 @@ type Deps struct {
 	// StopHooks dispatches stop when a turn finishes (stophooks.go); nil
 	// means no hook.
 	StopHooks StopHooks
+	// OpenModel builds the model of a provider's model config; llm.Open
+	// when nil. Tests wrap it to count or hold model calls.
+	OpenModel func(modelconfig.Provider, modelconfig.ModelConfig) (llm.Model, error)
 }
 
 // Spec identifies one runner.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 
@@ -221,7 +222,7 @@ func (r *runner) compact(ctx context.Context, in intent, p plan) (again bool, er
 	if cp.override != nil {
 		// Built here, not at preparation: a broken override fails only
 		// the turns that compact, and it fails them visibly.
-		model, err = llm.Open(cp.override.Provider, cp.override.Config)
+		model, err = r.open(cp.override.Provider, cp.override.Config)
 		if err != nil {
 			return false, r.finishError(ctx, in, fmt.Sprintf("the compaction model %s could not be used: %v", cp.override.Config.Model, err))
 		}
@@ -287,11 +288,15 @@ func (r *runner) summarize(ctx context.Context, model llm.Model, req llm.Request
 			_, _ = buf.AddPart(ep, string(chatstate.RoleAssistant), data)
 		}
 	}
+	// The summary's stream has the model call's timeouts.
+	watch := r.watchStream(ctx, time.Time{})
+	defer watch.stop()
 	var acc llm.Accumulator
-	for ev, err := range model.Stream(ctx, req) {
+	for ev, err := range model.Stream(watch.ctx, req) {
 		if err != nil {
-			return "", err
+			return "", watch.err(ctx, err)
 		}
+		watch.event()
 		if err := acc.Add(ev); err != nil {
 			return "", llm.NewFatal(err)
 		}

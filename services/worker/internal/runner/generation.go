@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,14 +25,6 @@ import (
 
 // errTurnLimit ends a model call that ran past the turn time limit.
 var errTurnLimit = errors.New("turn time limit reached")
-
-// ttftError is the cause of a call cancelled because no event arrived
-// within the first-token timeout.
-type ttftError struct{ timeout time.Duration }
-
-func (e *ttftError) Error() string {
-	return fmt.Sprintf("the model sent nothing within the first-token timeout of %s", e.timeout)
-}
 
 // terminalError is a preparation failure no retry can fix; the turn ends in
 // error with its message.
@@ -209,9 +200,10 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan) erro
 	return nil
 }
 
-// finishError parks the chat in error with msg, under the fence.
+// finishError parks the chat in error with msg, under the fence; a
+// transient database failure is retried (commit.go).
 func (r *runner) finishError(ctx context.Context, in intent, msg string) error {
-	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error { return tx.FinishError(ctx, msg) })
+	_, err := r.commit(ctx, in, "finish_error", func(tx *chatstate.Tx) error { return tx.FinishError(ctx, msg) })
 	if err == nil {
 		r.turns.invalidate(ctx, telemetry.OutcomeError, errors.New(msg))
 	}
@@ -295,7 +287,9 @@ func (r *runner) retryAfter(ctx context.Context, in intent, n int64, callErr err
 		Attempt: n, DelayMS: delay.Milliseconds(), Error: callErr.Error(),
 		Kind: llm.Retryable.String(), RetryingAt: r.clock.Now().Add(delay),
 	}
-	if _, err := r.update(ctx, in, func(tx *chatstate.Tx) error { return tx.RecordRetryState(ctx, state) }); err != nil {
+	// Retried on a database blip (commit.go): a new decision would count
+	// another attempt without its backoff.
+	if _, err := r.commit(ctx, in, "record_retry_state", func(tx *chatstate.Tx) error { return tx.RecordRetryState(ctx, state) }); err != nil {
 		return false, err
 	}
 	_, wait := r.stages.Start(ctx, telemetry.StageRetryBackoff,
@@ -329,11 +323,19 @@ func (r *runner) openModel(ctx context.Context, chat queries.Chat) (llm.Model, m
 	if err != nil {
 		return nil, cfg, err
 	}
-	model, err := llm.Open(prov, cfg)
+	model, err := r.open(prov, cfg)
 	if err != nil {
 		return nil, cfg, &terminalError{msg: err.Error()}
 	}
 	return model, cfg, nil
+}
+
+// open builds the model of cfg (Deps.OpenModel, else llm.Open).
+func (r *runner) open(prov modelconfig.Provider, cfg modelconfig.ModelConfig) (llm.Model, error) {
+	if r.deps.OpenModel != nil {
+		return r.deps.OpenModel(prov, cfg)
+	}
+	return llm.Open(prov, cfg)
 }
 
 // streamPart is the JSON of one streamed delta in the part buffer: the
@@ -344,7 +346,8 @@ type streamPart struct {
 }
 
 // stream runs one model call in its own part-buffer episode, with the
-// first-token timeout and the turn deadline on the runner's clock.
+// first-token and idle timeouts and the turn deadline on the runner's clock
+// (streamwatch.go).
 func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, ep partbuf.Episode, turnDeadline time.Time) (llm.Response, error) {
 	if buf := r.deps.Parts; buf != nil {
 		if err := buf.CreateEpisode(ep); err != nil {
@@ -353,21 +356,9 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 		defer buf.CloseEpisode(ep)
 		_ = buf.StartModelInvocation(ep)
 	}
-	sctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var started atomic.Bool
-	if d := r.cfg.TTFTTimeout; d > 0 {
-		t := r.clock.AfterFunc(d, func() {
-			if !started.Load() {
-				cancel(&ttftError{timeout: d})
-			}
-		})
-		defer t.Stop()
-	}
-	if !turnDeadline.IsZero() {
-		t := r.clock.AfterFunc(turnDeadline.Sub(r.clock.Now()), func() { cancel(errTurnLimit) })
-		defer t.Stop()
-	}
+	watch := r.watchStream(ctx, turnDeadline)
+	defer watch.stop()
+	sctx := watch.ctx
 	sm := stageModel(model.Info(), req.ReasoningEffort)
 	sctx, streamStage := r.stages.Start(sctx, telemetry.StageStream, telemetry.WithModel(sm))
 	_, ttft := r.stages.Start(sctx, telemetry.StageTTFT, telemetry.WithModel(sm))
@@ -379,7 +370,7 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 			callErr = err
 			break
 		}
-		started.Store(true)
+		watch.event()
 		if isOutputPart(ev) {
 			ttft.End(nil) // the first output part closes the window; later Ends are no-ops
 		}
@@ -400,15 +391,7 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 	if callErr == nil && !acc.Finished() {
 		callErr = llm.NewRetryable(errors.New("the model stream ended without a finish event"))
 	}
-	if callErr != nil && ctx.Err() == nil {
-		var ttft *ttftError
-		switch cause := context.Cause(sctx); {
-		case errors.As(cause, &ttft):
-			callErr = llm.NewRetryable(cause)
-		case errors.Is(cause, errTurnLimit):
-			callErr = errTurnLimit
-		}
-	}
+	callErr = watch.err(ctx, callErr)
 	return llm.Response{Content: acc.Content(), Usage: acc.Usage(), FinishReason: acc.FinishReason()}, callErr
 }
 
@@ -552,11 +535,13 @@ func (r *runner) commitResponse(ctx context.Context, in intent, p plan, cfg mode
 	return r.commitToolStep(ctx, in, step, hookErr)
 }
 
-// commitStep applies CommitStep under the fence, in the commit stage.
+// commitStep applies CommitStep under the fence, in the commit stage. A
+// transient database failure is retried with the same step (commit.go):
+// the model is not called again, the tools do not run again.
 func (r *runner) commitStep(ctx context.Context, in intent, step chatstate.Step) error {
 	_, commit := r.stages.Start(ctx, telemetry.StageCommit)
 	var attempt int64
-	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
+	_, err := r.commit(ctx, in, "commit_step", func(tx *chatstate.Tx) error {
 		attempt = tx.Chat().GenerationAttempt
 		_, err := tx.CommitStep(ctx, step)
 		return err

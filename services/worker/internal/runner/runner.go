@@ -21,18 +21,28 @@ import (
 )
 
 // Config defaults (DESIGN.md "From chat-runs", spec "Generation goroutine").
+// DefaultMaxGenerationRetries, DefaultTTFTTimeout and DefaultStreamIdleTimeout
+// are the worker settings' defaults: in Config, zero turns those off.
 const (
 	DefaultMaxGenerationRetries = 25
 	DefaultMaxStepsPerTurn      = 1200
 	DefaultRetryBaseDelay       = time.Second
 	DefaultRetryMaxDelay        = 30 * time.Second
+	// DefaultTTFTTimeout: before its first event a reasoning model may
+	// think for minutes without streaming anything (Chat Completions
+	// streams no reasoning); a call silent for 5 minutes is taken as
+	// stalled and retried.
+	DefaultTTFTTimeout = 5 * time.Minute
+	// DefaultStreamIdleTimeout: once a stream flows, events come every few
+	// milliseconds to seconds (providers report a tool call's arguments as
+	// they stream, llm.EventProgress); 2 minutes of silence is a stalled
+	// stream or a dead connection.
+	DefaultStreamIdleTimeout = 2 * time.Minute
 )
 
-// withDefaults fills the zero fields of c.
+// withDefaults fills the zero fields of c that have a default.
 func (c Config) withDefaults() Config {
-	if c.MaxGenerationRetries <= 0 {
-		c.MaxGenerationRetries = DefaultMaxGenerationRetries
-	}
+	c.MaxGenerationRetries = max(c.MaxGenerationRetries, 0)
 	if c.MaxStepsPerTurn <= 0 {
 		c.MaxStepsPerTurn = DefaultMaxStepsPerTurn
 	}

@@ -267,7 +267,7 @@ func TestRetryableFailuresThenSuccess(t *testing.T) {
 	e := newEnv(t)
 	rid := uuid.New()
 	id := e.create("::fail retryable 2\n::reply ok", rid)
-	e.start(id, rid, runner.Config{RetryBaseDelay: time.Second, RetryMaxDelay: time.Minute})
+	e.start(id, rid, runner.Config{MaxGenerationRetries: 2, RetryBaseDelay: time.Second, RetryMaxDelay: time.Minute})
 
 	c := e.waitStatus(id, chatstate.StatusWaiting, 500*time.Millisecond)
 	require.Nil(t, c.LastError)
@@ -296,8 +296,25 @@ func TestRetryableFailuresExhaustRetries(t *testing.T) {
 	c := e.waitStatus(id, chatstate.StatusError, 500*time.Millisecond)
 	require.NotNil(t, c.LastError)
 	require.Contains(t, *c.LastError, "retryable")
-	require.Equal(t, int64(3), c.GenerationAttempt, "26 attempts by default: the limit counts retries")
+	require.Equal(t, int64(3), c.GenerationAttempt, "the limit counts retries")
 	require.Len(t, e.commits.retryStates(t, id), 2)
+	require.Empty(t, e.assistantTexts(id))
+}
+
+// CHATD_MAX_GENERATION_RETRIES=0: the first retryable failure ends the
+// turn in error, without a retry state or a second attempt.
+func TestZeroGenerationRetries(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rid := uuid.New()
+	id := e.create("::fail retryable 1\n::reply too late", rid)
+	e.start(id, rid, runner.Config{MaxGenerationRetries: 0, RetryBaseDelay: time.Second})
+
+	c := e.waitStatus(id, chatstate.StatusError, 500*time.Millisecond)
+	require.NotNil(t, c.LastError)
+	require.Contains(t, *c.LastError, "::fail retryable")
+	require.Equal(t, int64(1), c.GenerationAttempt)
+	require.Empty(t, e.commits.retryStates(t, id))
 	require.Empty(t, e.assistantTexts(id))
 }
 

@@ -118,8 +118,10 @@ func (r *runner) stopTurn(ctx context.Context, in intent, p plan) error {
 		})
 		return r.commitStep(ctx, in, chatstate.Step{Messages: msgs})
 	}
+	// The stop hook answered: a database blip retries the finish with its
+	// answer instead of dispatching stop again (commit.go).
 	var queuedAt *time.Time
-	_, err = r.update(ctx, in, func(tx *chatstate.Tx) error {
+	_, err = r.commit(ctx, in, "finish_turn", func(tx *chatstate.Tx) error {
 		if len(msgs) > 0 {
 			if _, err := tx.CommitStep(ctx, chatstate.Step{Messages: msgs}); err != nil {
 				return err

@@ -51,6 +51,7 @@ func (e *env) startObserved(chat, runnerID uuid.UUID, o *observed) {
 	r := runner.New(runner.Deps{
 		Pool: e.pool, Machine: e.machine, NATS: e.nc, Parts: e.parts, Clock: e.clock,
 		TracerProvider: o.tp, MeterProvider: o.mp, Experiments: o.experiments,
+		Config:         runner.Config{MaxGenerationRetries: runner.DefaultMaxGenerationRetries},
 		RequestCleanup: func(uuid.UUID, uuid.UUID) {},
 	}, runner.Spec{ChatID: chat, WorkerID: e.worker, RunnerID: runnerID})
 	ctx, cancel := context.WithCancel(e.ctx)

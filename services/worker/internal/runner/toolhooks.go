@@ -122,7 +122,7 @@ func (r *runner) commitToolStep(ctx context.Context, in intent, step chatstate.S
 	if de, ok := hooks.AsDispatchError(hookErr); ok && de.Type != agenthooks.EventPostToolUse {
 		msg = "the " + string(de.Type) + " hook failed: " + hookErr.Error()
 	}
-	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
+	_, err := r.commit(ctx, in, "commit_step_finish_error", func(tx *chatstate.Tx) error {
 		if _, err := tx.CommitStep(ctx, step); err != nil {
 			return err
 		}

@@ -1,0 +1,84 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+)
+
+// commit applies fn as one fenced bundle (update) and, when the database
+// fails transiently (a reset or terminated connection, a timeout, a
+// serialization failure or deadlock), applies it again with what is in
+// hand: a model's response, the results of tools that already ran, a
+// hook's answer. A failed commit never makes the runner call the model
+// or run a tool again.
+//
+// It retries with bounded backoff on the runner's clock until the bundle
+// commits, ctx ends, or the bundle is refused for good. The fence is what
+// makes the retry safe: a COMMIT whose outcome was lost with the
+// connection but which did apply moved the chat on (a new history version
+// or status), so its retry is refused with ErrFenced, as is the retry of
+// a runner whose lease another worker took over. what names the bundle
+// in the logs.
+func (r *runner) commit(ctx context.Context, in intent, what string, fn func(tx *chatstate.Tx) error) (chatstate.Result, error) {
+	for failures := 0; ; failures++ {
+		res, err := r.update(ctx, in, fn)
+		if err == nil || ctx.Err() != nil || !transientDBError(err) {
+			return res, err
+		}
+		d := backoff(r.cfg.RetryBaseDelay, r.cfg.RetryMaxDelay, failures)
+		r.log.Warn("commit failed; retrying it with the same result",
+			slog.String("bundle", what), slog.String("error", err.Error()),
+			slog.Int("failures", failures+1), slog.Duration("backoff", d))
+		if !sleep(ctx, r.clock, d) {
+			return chatstate.Result{}, ctx.Err()
+		}
+	}
+}
+
+// transientDBError reports whether err is a database failure that the
+// same bundle may not meet again: a lost connection or one the server
+// closed, a timeout (lock_timeout, statement_timeout, a deadline of the
+// driver), a serialization failure or deadlock, a server starting,
+// stopping or out of connections, a read-only server after a failover.
+// The state machine's own refusals (fenced, not found, not allowed) and
+// other SQL errors are permanent: repeating the bundle would repeat them.
+func transientDBError(err error) bool {
+	for _, permanent := range []error{
+		chatstate.ErrFenced, chatstate.ErrChatNotFound, chatstate.ErrNotAllowed, chatstate.ErrInvalidArgument,
+		chatstate.ErrMessageNotFound, chatstate.ErrLandingMismatch, chatstate.ErrFamilyArchived,
+	} {
+		if errors.Is(err, permanent) {
+			return false
+		}
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", // serialization_failure
+			"40P01", // deadlock_detected
+			"55P03", // lock_not_available: lock_timeout
+			"57014", // query_canceled: statement_timeout (a cancelled ctx is handled before)
+			"57P01", // admin_shutdown: pg_terminate_backend, a stopping server
+			"57P02", // crash_shutdown
+			"57P03", // cannot_connect_now: a starting server
+			"25006": // read_only_sql_transaction: a primary demoted by a failover
+			return true
+		}
+		// Connection exceptions and insufficient resources (too many
+		// connections, out of memory or disk).
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "53")
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	return pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.As(err, &netErr) || errors.As(err, &connectErr)
+}
