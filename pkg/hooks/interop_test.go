@@ -100,7 +100,7 @@ func TestDispatchErrorHidesConsumer(t *testing.T) {
 func TestResponseLimits(t *testing.T) {
 	t.Parallel()
 	events := map[string]func(t *testing.T) hooks.Event{
-		"session_start": func(*testing.T) hooks.Event { return hooks.SessionStart(chatRef(), agenthooks.SourceStartup, true) },
+		"session_start":      func(*testing.T) hooks.Event { return hooks.SessionStart(chatRef(), agenthooks.SourceStartup, true) },
 		"user_prompt_submit": promptEvent,
 		"pre_tool_use":       toolEv,
 		"post_tool_use":      postToolEv,
