@@ -527,6 +527,12 @@ func TestHooksStop(t *testing.T) {
 	evs := cons.events(uuid.MustParse(chat))
 	require.Equal(t, []agenthooks.EventType{agenthooks.EventSessionStart, agenthooks.EventUserPromptSubmit, agenthooks.EventStop}, types(evs))
 	require.NotNil(t, evs[2].Meta.TurnID)
+	// The api allocated the prompt's turn ID before user_prompt_submit (and
+	// its session_start); the worker's stop of that turn carries the same.
+	require.NotNil(t, evs[0].Meta.TurnID)
+	require.NotNil(t, evs[1].Meta.TurnID)
+	require.Equal(t, *evs[1].Meta.TurnID, *evs[0].Meta.TurnID)
+	require.Equal(t, *evs[1].Meta.TurnID, *evs[2].Meta.TurnID)
 
 	t.Log("model_context continues the turn once")
 	chat = u.newChat("stop-context please")
