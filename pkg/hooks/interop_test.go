@@ -3,8 +3,10 @@ package hooks_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -73,26 +75,34 @@ func TestUserAgent(t *testing.T) {
 // consumer's URL or address.
 func TestDispatchErrorHidesConsumer(t *testing.T) {
 	t.Parallel()
-	refused := closedAddr(t)
+	const host = "policy.internal.example:8443"
 	c := newConsumer(t, http.NotFoundHandler())
 	cfg := c.cfg
-	cfg.URL = "https://" + refused + "/secret-path"
-	d, err := hooks.New(cfg, hooks.WithHTTPClient(c.srv.Client()), hooks.WithClock(c.clock), hooks.WithMeter(c.meter))
+	cfg.URL = "https://" + host + "/secret-path"
+	refuse := &http.Transport{DialContext: func(_ context.Context, network, addr string) (net.Conn, error) {
+		return nil, &net.OpError{Op: "dial", Net: network, Addr: fakeAddr(addr), Err: errors.New("connection refused")}
+	}}
+	d, err := hooks.New(cfg, hooks.WithHTTPClient(&http.Client{Transport: refuse}), hooks.WithClock(c.clock), hooks.WithMeter(c.meter))
 	require.NoError(t, err)
 	_, err = d.Dispatch(context.Background(), promptEvent(t))
 	de, ok := hooks.AsDispatchError(err)
 	require.True(t, ok, "%v", err)
 	require.Equal(t, hooks.ResultConnection, de.Result)
-	require.NotContains(t, err.Error(), refused)
+	require.NotContains(t, err.Error(), "policy.internal")
 	require.NotContains(t, err.Error(), "secret-path")
 	require.Contains(t, err.Error(), de.DispatchID.String())
-	require.Contains(t, de.Err.Error(), refused, "the underlying error (logged) keeps the detail")
+	require.Contains(t, de.Err.Error(), host, "the underlying error (logged) keeps the detail")
 
 	_, err = c.d.Dispatch(context.Background(), promptEvent(t)) // 404
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), strings.TrimPrefix(c.srv.URL, "https://"))
 	require.Contains(t, err.Error(), "404")
 }
+
+type fakeAddr string
+
+func (a fakeAddr) Network() string { return "tcp" }
+func (a fakeAddr) String() string  { return string(a) }
 
 // The reference limits, at the boundary and one past it: model_context and
 // user_message of 16 KiB pass on every event and one byte more fails closed
