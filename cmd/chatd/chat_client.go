@@ -151,6 +151,8 @@ type chatPart struct {
 	Result     json.RawMessage `json:"result,omitempty"`
 	IsError    bool            `json:"is_error,omitempty"`
 	Name       string          `json:"name,omitempty"`
+	// Hook, on a hook-notice part, names the lifecycle event.
+	Hook string `json:"hook,omitempty"`
 }
 
 type chatInfo struct {

@@ -369,15 +369,22 @@ func (r *renderer) message(m chatMessage) {
 		r.endLine()
 		r.resetLive()
 		var b strings.Builder
+		var notices []string
 		for _, p := range m.Content {
-			if p.Type == "text" {
+			switch p.Type {
+			case "text":
 				b.WriteString(p.Text)
-			} else {
+			case "hook-notice":
+				notices = append(notices, noticeLine(p)) // attached to the prompt, not part of it
+			default:
 				kind := ""
 				b.WriteString(renderPart(&kind, p))
 			}
 		}
 		r.line("> " + strings.ReplaceAll(b.String(), "\n", "\n> "))
+		for _, n := range notices {
+			r.line(n)
+		}
 	case "assistant", "tool":
 		kind := ""
 		var b strings.Builder
@@ -397,8 +404,26 @@ func (r *renderer) message(m chatMessage) {
 		r.endLine()
 		r.resetLive()
 	default:
-		// system messages are not part of the transcript
+		// system messages are not part of the transcript, except a lifecycle
+		// hook's notices
+		for _, p := range m.Content {
+			if p.Type == "hook-notice" {
+				r.endLine()
+				r.resetLive()
+				r.line(noticeLine(p))
+			}
+		}
 	}
+}
+
+// noticeLine renders a hook-notice part: a policy notice, never shown as
+// something the user typed.
+func noticeLine(p chatPart) string {
+	label := "[policy notice"
+	if p.Hook != "" {
+		label += " (" + p.Hook + ")"
+	}
+	return label + ": " + strings.ReplaceAll(p.Text, "\n", "\n  ") + "]"
 }
 
 func (r *renderer) resetLive() {

@@ -244,3 +244,27 @@ func TestReadSSE(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"1=a\nb", "=c"}, got, "an unterminated event at EOF is not dispatched")
 }
+
+// A lifecycle hook's notices render as policy notices: one attached to its
+// prompt (after the prompt's line, not inside it), one as a system message
+// of its own; system messages without notices stay hidden.
+func TestWatchRendersHookNotices(t *testing.T) {
+	t.Parallel()
+	fake := &sseServer{t: t}
+	fake.scripts = []func(http.ResponseWriter, *http.Request){
+		func(w http.ResponseWriter, _ *http.Request) {
+			sseSend(w, "1", `{"type":"message","message":{"id":"1","role":"system","content":[{"type":"text","text":"You are helpful."}]}}`)
+			sseSend(w, "2", `{"type":"message","message":{"id":"2","role":"user","content":[{"type":"text","text":"hi"},`+
+				`{"type":"hook-notice","text":"logged by policy","hook":"user_prompt_submit"}]}}`)
+			sseSend(w, "3", sseMessage("assistant", "Hello"))
+			sseSend(w, "4", `{"type":"message","message":{"id":"4","role":"system","content":[{"type":"hook-notice","text":"reviewed","hook":"stop"}]}}`)
+			sseSend(w, "5", sseStatus("waiting"))
+		},
+	}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+
+	code, stdout, stderr := watchFake(t, srv, "--until-idle")
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "> hi\n[policy notice (user_prompt_submit): logged by policy]\nHello\n[policy notice (stop): reviewed]\n[waiting]\n", stdout)
+}

@@ -303,13 +303,36 @@ func hasText(msgs []map[string]any, text string) bool {
 	return false
 }
 
-// rows returns the chat's active rows of a visibility, with their text.
-func (s *stack) rowsOf(chatID string, vis queries.ChatMessageVisibility) []string {
+// hookTexts returns the texts of the chat's active hook parts of type typ
+// (chatmsg.PartHookContext or chatmsg.PartHookNotice), in order, whether
+// they are parts of a prompt or an effect message of their own.
+func (s *stack) hookTexts(chatID string, typ chatmsg.PartType) []string {
 	var out []string
 	for _, m := range s.active(chatID) {
-		if m.Visibility == vis {
-			out = append(out, text(m))
+		c, err := chatmsg.ParseContent(m.Content)
+		require.NoError(s.t, err)
+		for _, p := range c {
+			if p.Type == typ {
+				out = append(out, p.Text)
+			}
 		}
+	}
+	return out
+}
+
+// noticeTexts returns the hook-notice parts clients see, in order.
+func noticeTexts(msgs []map[string]any) []string {
+	var out []string
+	for _, p := range toolParts(msgs, string(chatmsg.PartHookNotice)) {
+		out = append(out, p["text"].(string))
+	}
+	return out
+}
+
+func partTypes(m map[string]any) []string {
+	var out []string
+	for _, p := range parts(m) {
+		out = append(out, p["type"].(string))
 	}
 	return out
 }
@@ -341,7 +364,7 @@ func TestHooksToolPolicy(t *testing.T) {
 	require.Equal(t, true, results[0]["is_error"])
 	require.Contains(t, fmt.Sprint(results[0]["result"]), "denied by policy: names like that are reserved")
 	require.False(t, hasText(visible, "policy: pick another name"), "model_context must not reach clients")
-	require.Equal(t, []string{"policy: pick another name"}, s.rowsOf(chat, chatstate.VisibleToModel))
+	require.Equal(t, []string{"policy: pick another name"}, s.hookTexts(chat, chatmsg.PartHookContext))
 	// The model got the context: the scripted model echoes the last user
 	// message it was sent, which is the model-only context.
 	require.Contains(t, allText(visible), "echo: policy: pick another name")
@@ -504,6 +527,12 @@ func TestHooksStop(t *testing.T) {
 	evs := cons.events(uuid.MustParse(chat))
 	require.Equal(t, []agenthooks.EventType{agenthooks.EventSessionStart, agenthooks.EventUserPromptSubmit, agenthooks.EventStop}, types(evs))
 	require.NotNil(t, evs[2].Meta.TurnID)
+	// The api allocated the prompt's turn ID before user_prompt_submit (and
+	// its session_start); the worker's stop of that turn carries the same.
+	require.NotNil(t, evs[0].Meta.TurnID)
+	require.NotNil(t, evs[1].Meta.TurnID)
+	require.Equal(t, *evs[1].Meta.TurnID, *evs[0].Meta.TurnID)
+	require.Equal(t, *evs[1].Meta.TurnID, *evs[2].Meta.TurnID)
 
 	t.Log("model_context continues the turn once")
 	chat = u.newChat("stop-context please")
@@ -519,7 +548,7 @@ func TestHooksStop(t *testing.T) {
 	require.NotNil(t, stops[0].Meta.TurnID)
 	require.Equal(t, *stops[0].Meta.TurnID, *stops[1].Meta.TurnID, "one turn")
 	require.NotEqual(t, stops[0].Meta.DispatchID, stops[1].Meta.DispatchID)
-	require.Equal(t, []string{"stop: keep going"}, s.rowsOf(chat, chatstate.VisibleToModel), "continued exactly once")
+	require.Equal(t, []string{"stop: keep going"}, s.hookTexts(chat, chatmsg.PartHookContext), "continued exactly once")
 	visible := u.messages(chat)
 	var replies []string
 	for _, m := range visible {
@@ -528,7 +557,7 @@ func TestHooksStop(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{"echo: stop-context please", "echo: stop: keep going"}, replies)
-	require.Equal(t, []string{"stop: reviewed", "stop: reviewed"}, s.rowsOf(chat, chatstate.VisibleToUser))
+	require.Equal(t, []string{"stop: reviewed", "stop: reviewed"}, s.hookTexts(chat, chatmsg.PartHookNotice))
 	require.False(t, hasText(visible, "stop: keep going"), "model_context never reaches clients")
 
 	t.Log("a failed stop dispatch: the chat enters error naming the dispatch")
@@ -556,8 +585,8 @@ func TestHooksStop(t *testing.T) {
 	}
 	require.Equal(t, []string{agenthooks.SourceStartup, agenthooks.SourceResume}, sources)
 	// session_start's effects ride on the resuming prompt.
-	require.Equal(t, []string{"session: resumed"}, s.rowsOf(chat, chatstate.VisibleToModel))
-	require.Equal(t, []string{"welcome back"}, s.rowsOf(chat, chatstate.VisibleToUser))
+	require.Equal(t, []string{"session: resumed"}, s.hookTexts(chat, chatmsg.PartHookContext))
+	require.Equal(t, []string{"welcome back"}, s.hookTexts(chat, chatmsg.PartHookNotice))
 	require.True(t, hasText(u.messages(chat), "welcome back"))
 	require.False(t, hasText(u.messages(chat), "session: resumed"))
 }
@@ -575,16 +604,29 @@ func TestHooksPromptContext(t *testing.T) {
 	t.Log("on create")
 	chat := u.newChat("with-context hello")
 	u.waitStatus(chat, "waiting")
+	// Both are parts of the prompt row itself; no other user row.
 	var seq []string
 	for _, m := range s.active(chat) {
 		if m.Role == chatstate.RoleUser {
 			seq = append(seq, string(m.Visibility)+":"+text(m))
+			c, err := chatmsg.ParseContent(m.Content)
+			require.NoError(t, err)
+			require.Equal(t, chatmsg.Content{
+				chatmsg.Text("with-context hello"),
+				chatmsg.HookContext("user_prompt_submit", "ctx: the user is on call"),
+				chatmsg.HookNotice("user_prompt_submit", "note: this chat is audited"),
+			}, c)
 		}
 	}
-	require.Equal(t, []string{"model:ctx: the user is on call", "both:with-context hello", "user:note: this chat is audited"}, seq)
+	require.Equal(t, []string{"both:with-context hello"}, seq)
 	visible := u.messages(chat)
-	require.True(t, hasText(visible, "note: this chat is audited"), "user_message reaches the user")
-	require.False(t, hasText(visible, "ctx: the user is on call"), "model_context never reaches clients")
+	require.Equal(t, []string{"note: this chat is audited"}, noticeTexts(visible), "user_message reaches the user")
+	for _, m := range visible {
+		if m["role"] == "user" {
+			require.Equal(t, []string{"text", "hook-notice"}, partTypes(m), "the notice is attached to the prompt")
+		}
+	}
+	require.NotContains(t, fmt.Sprint(visible), "hook-context", "model_context never reaches clients")
 	require.Contains(t, allText(visible), "echo: with-context hello")
 	title, _ := u.chat(chat)["title"].(string)
 	require.Contains(t, title, "with-context hello")
@@ -599,8 +641,8 @@ func TestHooksPromptContext(t *testing.T) {
 	raw, _ := json.Marshal(body)
 	require.NotContains(t, string(raw), "ctx: the user is on call", "the queued prompt's model part is not for clients")
 	u.waitStatus(chat, "waiting")
-	require.Equal(t, []string{"ctx: the user is on call"}, s.rowsOf(chat, chatstate.VisibleToModel))
-	require.Equal(t, []string{"note: this chat is audited"}, s.rowsOf(chat, chatstate.VisibleToUser))
+	require.Equal(t, []string{"ctx: the user is on call"}, s.hookTexts(chat, chatmsg.PartHookContext))
+	require.Equal(t, []string{"note: this chat is audited"}, s.hookTexts(chat, chatmsg.PartHookNotice))
 	require.Contains(t, allText(u.messages(chat)), "echo: with-context queued")
 }
 
@@ -669,8 +711,8 @@ func TestHooksClientToolResults(t *testing.T) {
 	require.NotNil(t, preTurn)
 	require.NotNil(t, postTurn)
 	require.Equal(t, *preTurn, *postTurn)
-	require.Equal(t, []string{"post: checked"}, s.rowsOf(chat, chatstate.VisibleToModel))
-	require.Equal(t, []string{"post: result reviewed"}, s.rowsOf(chat, chatstate.VisibleToUser))
+	require.Equal(t, []string{"post: checked"}, s.hookTexts(chat, chatmsg.PartHookContext))
+	require.Equal(t, []string{"post: result reviewed"}, s.hookTexts(chat, chatmsg.PartHookNotice))
 	require.Contains(t, allText(u.messages(chat)), "echo: post: checked", "the model got the context")
 }
 
@@ -818,7 +860,7 @@ func TestHooksPostCompactAudiences(t *testing.T) {
 	u.waitStatus(chat, "waiting")
 	compact(chat)
 	require.Contains(t, types(cons.events(uuid.MustParse(chat))), agenthooks.EventPostCompact)
-	require.Equal(t, []string{"compact: ctx"}, s.rowsOf(chat, chatstate.VisibleToModel)[1:], "after the summary boundary row")
+	require.Equal(t, []string{"compact: ctx"}, s.hookTexts(chat, chatmsg.PartHookContext), "after the summary boundary row")
 	require.Equal(t, 1, replies(chat), "no assistant follow-up")
 	require.False(t, hasText(u.messages(chat), "compact: ctx"))
 
@@ -826,7 +868,7 @@ func TestHooksPostCompactAudiences(t *testing.T) {
 	chat = u.newChat("compact-user hello")
 	u.waitStatus(chat, "waiting")
 	compact(chat)
-	require.Equal(t, []string{"compact: note"}, s.rowsOf(chat, chatstate.VisibleToUser)[len(s.rowsOf(chat, chatstate.VisibleToUser))-1:])
+	require.Equal(t, []string{"compact: note"}, s.hookTexts(chat, chatmsg.PartHookNotice))
 	require.True(t, hasText(u.messages(chat), "compact: note"))
 	require.Eventually(t, func() bool { return replies(chat) == 2 }, 30*time.Second, 20*time.Millisecond,
 		"a user-visible post_compact message continues the turn")
@@ -853,7 +895,7 @@ func TestHooksClear(t *testing.T) {
 		}
 	}
 	require.Equal(t, []string{agenthooks.SourceStartup, agenthooks.SourceClear}, sources)
-	model := s.rowsOf(chat, chatstate.VisibleToModel)
+	model := s.hookTexts(chat, chatmsg.PartHookContext)
 	require.Equal(t, "clear: fresh start", model[len(model)-1], "the model context follows the clear boundary")
 	require.True(t, hasText(u.messages(chat), "clear: context cleared"), "the user sees the message")
 	require.False(t, hasText(u.messages(chat), "clear: fresh start"), "the user does not see the model context")

@@ -153,7 +153,7 @@ func TestEachCheckViolatedAloneIsRejected(t *testing.T) {
 			return d.token(t)
 		}},
 		{"expired", agenthooks.CheckTime, 401, func(t *testing.T, d *dispatch) string {
-			d.claims.Expires = now.Add(-time.Second).Unix()
+			d.claims.Expires = now.Add(-agenthooks.DefaultLeeway - time.Second).Unix()
 			return d.token(t)
 		}},
 		{"not yet valid", agenthooks.CheckTime, 401, func(t *testing.T, d *dispatch) string {
@@ -296,4 +296,25 @@ func TestRoutingAndDefaults(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode)
+}
+
+// The verifier tolerates DefaultLeeway of skew on exp and nbf unless
+// WithLeeway says otherwise; WithLeeway(0) checks them exactly.
+func TestDefaultLeeway(t *testing.T) {
+	t.Parallel()
+	d := newDispatch(t, agenthooks.EventPreToolUse, toolData())
+	d.claims.Expires = now.Add(-agenthooks.DefaultLeeway + time.Second).Unix()
+	tok := d.token(t)
+	clock := agenthooks.WithClock(func() time.Time { return now })
+	_, _, err := agenthooks.NewVerifier(secretA, audience, clock).Verify("Bearer "+tok, d.body)
+	require.NoError(t, err, "expired by less than the default leeway")
+	_, _, err = agenthooks.NewVerifier(secretA, audience, clock, agenthooks.WithLeeway(0)).Verify("Bearer "+tok, d.body)
+	var ve *agenthooks.VerifyError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, agenthooks.CheckTime, ve.Check)
+
+	d = newDispatch(t, agenthooks.EventPreToolUse, toolData())
+	d.claims.NotBefore = now.Add(agenthooks.DefaultLeeway - time.Second).Unix()
+	_, _, err = agenthooks.NewVerifier(secretA, audience, clock).Verify("Bearer "+d.token(t), d.body)
+	require.NoError(t, err, "not valid for less than the default leeway yet")
 }

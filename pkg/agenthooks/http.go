@@ -37,8 +37,14 @@ type options struct {
 	onReject func(*http.Request, error)
 }
 
+// DefaultLeeway is the clock skew a Verifier tolerates on nbf and exp
+// unless WithLeeway says otherwise: small, so an expired token is still
+// refused within seconds, but enough for ordinary drift between chatd and
+// a consumer (chatd already backdates nbf by NotBeforeBackdate).
+const DefaultLeeway = 5 * time.Second
+
 func buildOptions(opts []HandlerOption) options {
-	o := options{now: time.Now}
+	o := options{now: time.Now, leeway: DefaultLeeway}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -66,7 +72,8 @@ func WithClock(now func() time.Time) HandlerOption {
 	return func(o *options) { o.now = now }
 }
 
-// WithLeeway tolerates clock skew of d on nbf and exp (default 0).
+// WithLeeway tolerates clock skew of d on nbf and exp instead of
+// DefaultLeeway; 0 checks them exactly, as the reference verifier does.
 func WithLeeway(d time.Duration) HandlerOption {
 	return func(o *options) { o.leeway = d }
 }

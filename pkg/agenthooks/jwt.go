@@ -18,6 +18,11 @@ import (
 // start with a shorter one, and a handler ignores shorter ones.
 const MinSecretLen = 32
 
+// NotBeforeBackdate is how far before iat chatd sets a token's nbf, the
+// reference dispatcher's 30 s: a consumer whose clock runs up to that much
+// behind still accepts a fresh token. exp is unchanged by it.
+const NotBeforeBackdate = 30 * time.Second
+
 // Claims are the claims of a dispatch's JWT (header typ JWT, alg HS256).
 type Claims struct {
 	// Issuer is the deployment ID (CHATD_DEPLOYMENT_ID).
@@ -67,7 +72,8 @@ func BodySHA256(body []byte) string {
 }
 
 // NewClaims returns the claims that bind body (the exact request bytes) to
-// one dispatch: issued and valid from now, expiring after ttl. It reads the
+// one dispatch: issued now, valid from NotBeforeBackdate before now,
+// expiring ttl after now. It reads the
 // type, dispatch ID and chat ID from body, which must be a Request.
 func NewClaims(body []byte, issuer, audience string, now time.Time, ttl time.Duration) (Claims, error) {
 	var req Request
@@ -79,7 +85,7 @@ func NewClaims(body []byte, issuer, audience string, now time.Time, ttl time.Dur
 		Subject:    Subject(req.Meta.ChatID),
 		Audience:   audience,
 		IssuedAt:   now.Unix(),
-		NotBefore:  now.Unix(),
+		NotBefore:  now.Add(-NotBeforeBackdate).Unix(),
 		Expires:    now.Add(ttl).Unix(),
 		JTI:        req.Meta.DispatchID.String(),
 		Type:       req.Type,

@@ -19,6 +19,13 @@ const (
 	PartToolCall   PartType = "tool-call"
 	PartToolResult PartType = "tool-result"
 	PartFile       PartType = "file"
+	// PartHookNotice is a lifecycle hook's user_message: shown to clients
+	// as a policy notice (attached to the prompt it was returned for, or as
+	// a notice message of its own), never sent to the model.
+	PartHookNotice PartType = "hook-notice"
+	// PartHookContext is a lifecycle hook's model_context: sent to the
+	// model as text, never shown to clients (REST, stream, queue views).
+	PartHookContext PartType = "hook-context"
 )
 
 // Part is one typed piece of a message's content. Only the fields of its
@@ -26,19 +33,12 @@ const (
 type Part struct {
 	Type PartType `json:"type"`
 
-	// text, reasoning
+	// text, reasoning, hook-notice, hook-context
 	Text string `json:"text,omitempty"`
-	// Hook, on a text part a lifecycle hook's response produced (its
-	// model_context or user_message), names the event, e.g. "stop". The
-	// worker reads it to continue a turn on stop at most once.
+	// Hook, on a hook-notice or hook-context part, names the lifecycle
+	// event whose response produced it, e.g. "stop". The worker reads it to
+	// continue a turn on stop at most once.
 	Hook string `json:"hook,omitempty"`
-	// Audience, on a text part a hook attached to a prompt in transit
-	// (AudienceModel or AudienceUser), says who may see it. Such parts
-	// never stay in a stored message: when the prompt enters history,
-	// chatstate stores them as a model-only and a user-only row next to it
-	// (see Content.SplitAudience); until then (a queued prompt) clients get
-	// Content.ForUser.
-	Audience string `json:"audience,omitempty"`
 
 	// tool-call, tool-result
 	ToolCallID string          `json:"tool_call_id,omitempty"`
@@ -98,11 +98,11 @@ func ParseContent(raw []byte) (Content, error) {
 	return c, nil
 }
 
-// PlainText concatenates the text parts (not the parts for one audience).
+// PlainText concatenates the text parts (not hook parts).
 func (c Content) PlainText() string {
 	var b strings.Builder
 	for _, p := range c {
-		if p.Type == PartText && p.Audience == "" {
+		if p.Type == PartText {
 			b.WriteString(p.Text)
 		}
 	}
@@ -114,8 +114,9 @@ func (c Content) Validate() error {
 	for i, p := range c {
 		switch p.Type {
 		case PartText, PartReasoning:
-			if p.Audience != "" && (p.Type != PartText || (p.Audience != AudienceModel && p.Audience != AudienceUser)) {
-				return fmt.Errorf("part %d: audience %q is only %q or %q on a text part", i, p.Audience, AudienceModel, AudienceUser)
+		case PartHookNotice, PartHookContext:
+			if p.Text == "" {
+				return fmt.Errorf("part %d: a %s part needs text", i, p.Type)
 			}
 		case PartToolCall:
 			if p.ToolCallID == "" || p.ToolName == "" {

@@ -273,17 +273,7 @@ func (tx *Tx) begin(t Transition) (State, error) {
 	if tx.readOnly {
 		return from, fmt.Errorf("%s on a read-only view of chat %s: %w", t, tx.chat.ID, ErrInvalidArgument)
 	}
-	if ownershipTransition(t) {
-		o := tx.snapshot().Ownership()
-		if !AllowedOwnership(o, t) {
-			return from, &TransitionError{Transition: t, State: from, Ownership: o, Detail: ownershipDetail(o)}
-		}
-		return from, nil
-	}
-	if !Allowed(from, t) {
-		return from, &TransitionError{Transition: t, State: from, Ownership: tx.snapshot().Ownership()}
-	}
-	return from, nil
+	return from, tx.CheckAllowed(t) // admission.go
 }
 
 func ownershipDetail(o Ownership) string {

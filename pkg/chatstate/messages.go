@@ -37,6 +37,10 @@ type NewMessage struct {
 	ReasoningEffort *string
 	Usage           json.RawMessage
 	CreatedBy       *uuid.UUID
+	// TurnID, on a prompt, is the turn ID its lifecycle hook events were
+	// dispatched with (allocated before user_prompt_submit); the worker's
+	// events of the turn it starts carry it too. A queued prompt keeps it.
+	TurnID *uuid.UUID
 }
 
 // UserMessage is a plain user message with the given content.
@@ -70,26 +74,6 @@ func (tx *Tx) insertMessage(ctx context.Context, m NewMessage, queuedID *int64) 
 	if err := m.validate(); err != nil {
 		return queries.ChatMessage{}, err
 	}
-	if m.Role == RoleUser {
-		// A prompt's lifecycle hook effects (chatmsg.Part.Audience) become
-		// their own rows: the model-only one right before the prompt, the
-		// user-only one right after it. The prompt row is returned.
-		rest, modelOnly, userOnly := m.Content.SplitAudience()
-		if modelOnly != nil || userOnly != nil {
-			if modelOnly != nil {
-				if _, err := tx.insertRow(ctx, NewMessage{Role: RoleUser, Visibility: VisibleToModel, Content: modelOnly, CreatedBy: m.CreatedBy}, nil); err != nil {
-					return queries.ChatMessage{}, err
-				}
-			}
-			m.Content = rest
-			row, err := tx.insertRow(ctx, m, queuedID)
-			if err != nil || userOnly == nil {
-				return row, err
-			}
-			_, err = tx.insertRow(ctx, NewMessage{Role: RoleUser, Visibility: VisibleToUser, Content: userOnly, CreatedBy: m.CreatedBy}, nil)
-			return row, err
-		}
-	}
 	return tx.insertRow(ctx, m, queuedID)
 }
 
@@ -111,6 +95,7 @@ func (tx *Tx) insertRow(ctx context.Context, m NewMessage, queuedID *int64) (que
 		Usage:           m.Usage,
 		CreatedBy:       m.CreatedBy,
 		CreatedAt:       tx.now,
+		TurnID:          m.TurnID,
 	})
 	if err != nil {
 		return queries.ChatMessage{}, fmt.Errorf("insert %s message into chat %s: %w", m.Role, tx.chat.ID, err)
@@ -197,7 +182,7 @@ func (tx *Tx) promote(ctx context.Context, q queries.ChatQueuedMessage, reason s
 	}
 	_, row, err := tx.insertUserTurn(ctx, NewMessage{
 		Role: RoleUser, Content: content, ModelConfigID: q.ModelConfigID,
-		ReasoningEffort: q.ReasoningEffort, CreatedBy: q.CreatedBy,
+		ReasoningEffort: q.ReasoningEffort, CreatedBy: q.CreatedBy, TurnID: q.TurnID,
 	}, &q.ID, reason)
 	return row, err
 }
@@ -229,7 +214,7 @@ func (tx *Tx) enqueue(ctx context.Context, m NewMessage) (queries.ChatQueuedMess
 	}
 	q, err := tx.q.ChatQueuedMessageInsert(ctx, queries.ChatQueuedMessageInsertParams{
 		ChatID: tx.chat.ID, Content: m.Content.Marshal(), ModelConfigID: m.ModelConfigID,
-		ReasoningEffort: m.ReasoningEffort, CreatedBy: m.CreatedBy, CreatedAt: tx.now,
+		ReasoningEffort: m.ReasoningEffort, CreatedBy: m.CreatedBy, CreatedAt: tx.now, TurnID: m.TurnID,
 	})
 	if err != nil {
 		return q, fmt.Errorf("queue message in chat %s: %w", tx.chat.ID, err)

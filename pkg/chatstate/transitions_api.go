@@ -3,10 +3,7 @@ package chatstate
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/db/queries"
@@ -143,12 +140,8 @@ func (tx *Tx) EditMessage(ctx context.Context, id int64, replacement NewMessage,
 	if err != nil {
 		return nil, err
 	}
-	target, err := tx.q.ChatMessageGet(ctx, queries.ChatMessageGetParams{ChatID: tx.chat.ID, ID: id})
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && (target.Deleted || target.Role != RoleUser || target.Visibility == VisibleToModel)) {
-		return nil, fmt.Errorf("edit message %d in chat %s: not an active user message: %w", id, tx.chat.ID, ErrMessageNotFound)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read message %d of chat %s: %w", id, tx.chat.ID, err)
+	if _, err := tx.editTarget(ctx, id); err != nil {
+		return nil, err
 	}
 	if _, err := tx.q.ChatQueuedMessageDeleteAll(ctx, tx.chat.ID); err != nil {
 		return nil, fmt.Errorf("clear queue of chat %s: %w", tx.chat.ID, err)

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/chatd/chatd/pkg/agenthooks"
+	"github.com/chatd/chatd/pkg/telemetry"
 )
 
 // Capacity limits of one process.
@@ -35,11 +37,15 @@ const (
 	// malformed.
 	MaxResponseBytes = 1 << 20
 	// TokenGrace is added to CHATD_HOOK_TIMEOUT for the JWT's lifetime
-	// (exp - iat), to tolerate clock skew at the consumer.
+	// (exp - iat), to tolerate a consumer clock that runs ahead.
 	TokenGrace = 30 * time.Second
 	// MetricName is the counter of finished dispatches, by result.
 	MetricName = "chatd_hook_dispatches_total"
 )
+
+// UserAgent is the User-Agent of every dispatch: chatd-hooks/<version>,
+// the binary's build version (telemetry.BuildVersion).
+var UserAgent = "chatd-hooks/" + strings.Trim(telemetry.BuildVersion(), "()")
 
 // Result classifies a finished dispatch (the result attribute of
 // chatd_hook_dispatches_total).
@@ -62,17 +68,24 @@ const (
 // DispatchError is a failed dispatch. The caller fails closed and records
 // DispatchID in the chat's error details, so it can be matched with the
 // consumer's logs.
+//
+// Its text is shown to chat users (the chat's error), so it never carries
+// the consumer's URL or address: Detail is chatd's own description of the
+// failure, and Err, the underlying error (a transport error names the
+// URL), is only logged by the dispatcher and reachable through Unwrap.
 type DispatchError struct {
 	DispatchID uuid.UUID
 	Type       agenthooks.EventType
 	Result     Result
 	// StatusCode is the consumer's status for ResultStatus.
 	StatusCode int
-	Err        error
+	// Detail says what failed without naming the consumer.
+	Detail string
+	Err    error
 }
 
 func (e *DispatchError) Error() string {
-	return fmt.Sprintf("lifecycle hook %s dispatch %s failed (%s): %v", e.Type, e.DispatchID, e.Result, e.Err)
+	return fmt.Sprintf("lifecycle hook %s dispatch %s failed (%s): %s", e.Type, e.DispatchID, e.Result, e.Detail)
 }
 
 func (e *DispatchError) Unwrap() error { return e.Err }
@@ -97,10 +110,15 @@ type Event struct {
 	// chat already admitted (tool calls, turns, compaction, a subagent
 	// spawn from a running turn) leaves it false.
 	Admission bool
-	// ToolSchema, on pre_tool_use of a built-in tool, is the tool's JSON
-	// schema: an input_override that repeats a key or misspells a property's
-	// capitalization fails the dispatch closed.
+	// ToolSchema, on pre_tool_use, is the tool's JSON input schema: an
+	// input_override must be of a JSON type its top-level "type" allows (an
+	// object when it names none), and for a built-in tool one that
+	// misspells a property's capitalization fails the dispatch closed.
 	ToolSchema json.RawMessage
+	// ClientTool, on pre_tool_use, marks a client-executed (dynamic) tool:
+	// without a declared schema type its override may be any JSON, and the
+	// capitalization check does not apply (the client validates its input).
+	ClientTool bool
 }
 
 // Option configures a Dispatcher.
@@ -197,11 +215,12 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev Event) (agenthooks.Respons
 		return agenthooks.Response{}, nil
 	}
 	id := uuid.New()
-	fail := func(r Result, status int, err error) (agenthooks.Response, error) {
+	// fail fails the dispatch: detail is shown to users, err only logged.
+	fail := func(r Result, status int, detail string, err error) (agenthooks.Response, error) {
 		if r != ResultCanceled {
 			d.counter.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("result", string(r))))
 		}
-		de := &DispatchError{DispatchID: id, Type: ev.Type, Result: r, StatusCode: status, Err: err}
+		de := &DispatchError{DispatchID: id, Type: ev.Type, Result: r, StatusCode: status, Detail: detail, Err: err}
 		d.logger.Warn("lifecycle hook dispatch failed", "dispatch_id", id, "type", ev.Type,
 			"chat_id", ev.Chat.ChatID, "result", r, "error", err)
 		return agenthooks.Response{}, de
@@ -219,7 +238,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev Event) (agenthooks.Respons
 		Subject:    agenthooks.Subject(ev.Chat.ChatID),
 		Audience:   d.cfg.URL,
 		IssuedAt:   now.Unix(),
-		NotBefore:  now.Unix(),
+		NotBefore:  now.Add(-agenthooks.NotBeforeBackdate).Unix(),
 		Expires:    now.Add(d.cfg.Timeout + TokenGrace).Unix(),
 		JTI:        id.String(),
 		Type:       ev.Type,
@@ -231,7 +250,7 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev Event) (agenthooks.Respons
 
 	release, r, err := d.acquire(ctx, ev.Admission)
 	if err != nil {
-		return fail(r, 0, err)
+		return fail(r, 0, err.Error(), err)
 	}
 	defer release()
 
@@ -248,23 +267,27 @@ func (d *Dispatcher) Dispatch(ctx context.Context, ev Event) (agenthooks.Respons
 		}
 		switch {
 		case done(ctx):
-			return fail(ResultCanceled, 0, ctx.Err())
+			return fail(ResultCanceled, 0, ctx.Err().Error(), ctx.Err())
 		case done(tctx):
-			return fail(ResultTimeout, 0, fmt.Errorf("no response within %s: %w", d.cfg.Timeout, err))
+			return fail(ResultTimeout, 0, fmt.Sprintf("the consumer did not answer within %s", d.cfg.Timeout),
+				fmt.Errorf("no response within %s: %w", d.cfg.Timeout, err))
 		case attempt == 2:
-			return fail(ResultConnection, 0, fmt.Errorf("retried once: %w", err))
+			return fail(ResultConnection, 0, "the consumer could not be reached (retried once)",
+				fmt.Errorf("retried once: %w", err))
 		}
 		// One retry of a connection failure, with the same JWT and body.
 	}
 	if status < 200 || status > 299 {
-		return fail(ResultStatus, status, fmt.Errorf("the consumer answered %d %s", status, http.StatusText(status)))
+		detail := fmt.Sprintf("the consumer answered %d %s", status, http.StatusText(status))
+		return fail(ResultStatus, status, detail, errors.New(detail))
 	}
 	if len(payload) > MaxResponseBytes {
-		return fail(ResultMalformed, status, fmt.Errorf("the response is larger than %d bytes", MaxResponseBytes))
+		detail := fmt.Sprintf("the response is larger than %d bytes", MaxResponseBytes)
+		return fail(ResultMalformed, status, detail, errors.New(detail))
 	}
-	resp, err := ParseResponse(ev.Type, payload, ev.ToolSchema)
+	resp, err := ParseResponse(ev, payload)
 	if err != nil {
-		return fail(ResultMalformed, status, err)
+		return fail(ResultMalformed, status, err.Error(), err)
 	}
 	d.counter.Add(context.WithoutCancel(ctx), 1, metric.WithAttributes(attribute.String("result", string(ResultOK))))
 	return resp, nil
@@ -355,6 +378,7 @@ func (d *Dispatcher) post(ctx context.Context, token string, body []byte) (int, 
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", UserAgent)
 	resp, err := d.client.Do(req)
 	if err != nil {
 		return 0, nil, err

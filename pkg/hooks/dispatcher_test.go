@@ -99,8 +99,8 @@ func TestJWTClaims(t *testing.T) {
 	require.Equal(t, agenthooks.BodySHA256(b), claims["body_sha256"])
 	now := float64(c.clock.Now().Unix())
 	require.Equal(t, now, claims["iat"])
-	require.Equal(t, now, claims["nbf"])
-	require.Greater(t, claims["exp"], now)
+	require.Equal(t, now-30, claims["nbf"], "nbf is backdated 30 s, as the reference dispatcher signs it")
+	require.Equal(t, float64(c.clock.Now().Add(c.cfg.Timeout+hooks.TokenGrace).Unix()), claims["exp"])
 	require.JSONEq(t, `{"prompt":"hello","parts":[{"type":"text","text":"hello"}]}`, string(mustData(t, b)))
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/chatd/chatd/pkg/agenthooks"
+	"github.com/chatd/chatd/pkg/db/queries"
 )
 
 // SessionStart is session_start with source startup, resume or clear.
@@ -112,10 +113,29 @@ func object(fs ...field) (json.RawMessage, error) {
 	return b.Bytes(), nil
 }
 
-// TurnID is the meta turn_id of a turn: a UUID (v5) of the chat ID and the
-// ID of the turn's prompt message (the latest user message visible to both
-// the model and the user), so every event and retry of one turn carries the
-// same ID, across crashes and replicas.
+// TurnID is the meta turn_id of a turn whose prompt row carries none: a
+// UUID (v5) of the chat ID and the ID of the turn's prompt message, so
+// every event and retry of one turn carries the same ID, across crashes and
+// replicas.
 func TurnID(chatID uuid.UUID, promptMessageID int64) uuid.UUID {
 	return uuid.NewSHA1(chatID, []byte("turn:"+strconv.FormatInt(promptMessageID, 10)))
+}
+
+// CurrentTurnID is the turn ID of the active history msgs of chatID: that
+// of its turn's prompt (the latest user message visible to both the model
+// and the user) — the ID the api allocated before it dispatched the
+// prompt's user_prompt_submit, or else TurnID of the row. uuid.Nil when
+// the history has no prompt.
+func CurrentTurnID(chatID uuid.UUID, msgs []queries.ChatMessage) uuid.UUID {
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		if m.Role != queries.ChatMessageRoleUser || m.Visibility != queries.ChatMessageVisibilityBoth {
+			continue
+		}
+		if m.TurnID != nil {
+			return *m.TurnID
+		}
+		return TurnID(chatID, m.ID)
+	}
+	return uuid.Nil
 }

@@ -8,18 +8,20 @@ import (
 	"io"
 
 	"github.com/chatd/chatd/pkg/agenthooks"
-	"github.com/chatd/chatd/pkg/toolargs"
 )
 
-// ParseResponse parses a consumer's 2xx body for an event of type typ and
-// applies the permission rules. An empty body or {} is a no-op. Otherwise the
+// ParseResponse parses a consumer's 2xx body for ev and applies the
+// permission rules and limits. An empty body or {} is a no-op. Otherwise the
 // body must be one JSON object with no unknown fields (names match exactly),
-// no duplicate keys at any depth and no trailing data; permission is allowed
-// only on user_prompt_submit and pre_tool_use, where allow requires an
-// input_override (exactly {"prompt": "<text>"} for a prompt, a JSON object
-// for a tool call, checked against toolSchema when one is given) and deny
-// forbids one. A JSON null counts as an absent field.
-func ParseResponse(typ agenthooks.EventType, body []byte, toolSchema json.RawMessage) (agenthooks.Response, error) {
+// no duplicate keys at any depth and no trailing data; model_context and
+// user_message hold at most MaxTextBytes; permission is allowed only on
+// user_prompt_submit and pre_tool_use, where allow requires an
+// input_override (exactly {"prompt": "<text>"} for a prompt; for a tool
+// call, JSON of a type the tool's schema takes, see checkToolOverride),
+// nested at most MaxOverrideDepth levels, and deny forbids one. A JSON null
+// counts as an absent field.
+func ParseResponse(ev Event, body []byte) (agenthooks.Response, error) {
+	typ := ev.Type
 	var resp agenthooks.Response
 	if len(bytes.TrimSpace(body)) == 0 {
 		return resp, nil
@@ -35,6 +37,12 @@ func ParseResponse(typ agenthooks.EventType, body []byte, toolSchema json.RawMes
 		return resp, err
 	}
 	if resp.UserMessage, err = stringField(top, "user_message"); err != nil {
+		return resp, err
+	}
+	if err := checkTextLimit("model_context", resp.ModelContext); err != nil {
+		return resp, err
+	}
+	if err := checkTextLimit("user_message", resp.UserMessage); err != nil {
 		return resp, err
 	}
 	rawPerm, ok := top["permission"]
@@ -67,6 +75,9 @@ func ParseResponse(typ agenthooks.EventType, body []byte, toolSchema json.RawMes
 		if p.InputOverride == nil {
 			return resp, fmt.Errorf("an allow decision on %s requires input_override", typ)
 		}
+		if err := checkDepth(p.InputOverride); err != nil {
+			return resp, err
+		}
 		if typ == agenthooks.EventUserPromptSubmit {
 			o, err := fields(p.InputOverride, "input_override", "prompt")
 			if err != nil {
@@ -78,8 +89,8 @@ func ParseResponse(typ agenthooks.EventType, body []byte, toolSchema json.RawMes
 			if _, err := stringField(o, "prompt"); err != nil {
 				return resp, err
 			}
-		} else if err := toolargs.Check(p.InputOverride, toolSchema); err != nil {
-			return resp, fmt.Errorf("ambiguous or invalid input_override: %v", err)
+		} else if err := checkToolOverride(p.InputOverride, ev.ToolSchema, ev.ClientTool); err != nil {
+			return resp, err
 		}
 	default:
 		return resp, fmt.Errorf("permission.decision %q is neither allow nor deny", decision)

@@ -17,10 +17,7 @@ const MetricBuildInfo = "chatd_build_info"
 // registerBuildInfo adds chatd_build_info{service, version, go_version} to
 // mp.
 func registerBuildInfo(mp metric.MeterProvider, service string) error {
-	version := "devel"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		version = bi.Main.Version
-	}
+	version := BuildVersion()
 	attrs := metric.WithAttributes(attribute.String("service", service),
 		attribute.String("version", version), attribute.String("go_version", runtime.Version()))
 	_, err := mp.Meter(ScopeName).Int64ObservableGauge(MetricBuildInfo,
@@ -30,4 +27,15 @@ func registerBuildInfo(mp metric.MeterProvider, service string) error {
 			return nil
 		}))
 	return err
+}
+
+// BuildVersion is the binary's main module version as the Go toolchain
+// recorded it ("(devel)" for a build from a checkout, "devel" without build
+// information): the version label of chatd_build_info and the version of
+// the hook dispatcher's User-Agent.
+func BuildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "devel"
 }

@@ -1,10 +1,10 @@
 -- name: ChatMessageInsert :one
 INSERT INTO chat_messages (
     chat_id, role, content, visibility, compressed, queued_message_id,
-    model_config_id, reasoning_effort, usage, created_by, created_at
+    model_config_id, reasoning_effort, usage, created_by, created_at, turn_id
 ) VALUES (
     @chat_id, @role, @content, @visibility, @compressed, @queued_message_id,
-    @model_config_id, @reasoning_effort, @usage, @created_by, @created_at
+    @model_config_id, @reasoning_effort, @usage, @created_by, @created_at, @turn_id
 )
 RETURNING *;
 

@@ -14,7 +14,7 @@ import (
 )
 
 const chatMessageGet = `-- name: ChatMessageGet :one
-SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at FROM chat_messages WHERE chat_id = $1 AND id = $2
+SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id FROM chat_messages WHERE chat_id = $1 AND id = $2
 `
 
 type ChatMessageGetParams struct {
@@ -40,6 +40,7 @@ func (q *Queries) ChatMessageGet(ctx context.Context, arg ChatMessageGetParams) 
 		&i.Usage,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.TurnID,
 	)
 	return i, err
 }
@@ -47,12 +48,12 @@ func (q *Queries) ChatMessageGet(ctx context.Context, arg ChatMessageGetParams) 
 const chatMessageInsert = `-- name: ChatMessageInsert :one
 INSERT INTO chat_messages (
     chat_id, role, content, visibility, compressed, queued_message_id,
-    model_config_id, reasoning_effort, usage, created_by, created_at
+    model_config_id, reasoning_effort, usage, created_by, created_at, turn_id
 ) VALUES (
     $1, $2, $3, $4, $5, $6,
-    $7, $8, $9, $10, $11
+    $7, $8, $9, $10, $11, $12
 )
-RETURNING id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at
+RETURNING id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id
 `
 
 type ChatMessageInsertParams struct {
@@ -67,6 +68,7 @@ type ChatMessageInsertParams struct {
 	Usage           json.RawMessage
 	CreatedBy       *uuid.UUID
 	CreatedAt       time.Time
+	TurnID          *uuid.UUID
 }
 
 func (q *Queries) ChatMessageInsert(ctx context.Context, arg ChatMessageInsertParams) (ChatMessage, error) {
@@ -82,6 +84,7 @@ func (q *Queries) ChatMessageInsert(ctx context.Context, arg ChatMessageInsertPa
 		arg.Usage,
 		arg.CreatedBy,
 		arg.CreatedAt,
+		arg.TurnID,
 	)
 	var i ChatMessage
 	err := row.Scan(
@@ -99,12 +102,13 @@ func (q *Queries) ChatMessageInsert(ctx context.Context, arg ChatMessageInsertPa
 		&i.Usage,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.TurnID,
 	)
 	return i, err
 }
 
 const chatMessageListActive = `-- name: ChatMessageListActive :many
-SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at FROM chat_messages WHERE chat_id = $1 AND NOT deleted ORDER BY id
+SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id FROM chat_messages WHERE chat_id = $1 AND NOT deleted ORDER BY id
 `
 
 func (q *Queries) ChatMessageListActive(ctx context.Context, chatID uuid.UUID) ([]ChatMessage, error) {
@@ -131,6 +135,7 @@ func (q *Queries) ChatMessageListActive(ctx context.Context, chatID uuid.UUID) (
 			&i.Usage,
 			&i.CreatedBy,
 			&i.CreatedAt,
+			&i.TurnID,
 		); err != nil {
 			return nil, err
 		}
@@ -143,7 +148,7 @@ func (q *Queries) ChatMessageListActive(ctx context.Context, chatID uuid.UUID) (
 }
 
 const chatMessageListAll = `-- name: ChatMessageListAll :many
-SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at FROM chat_messages WHERE chat_id = $1 ORDER BY id
+SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id FROM chat_messages WHERE chat_id = $1 ORDER BY id
 `
 
 func (q *Queries) ChatMessageListAll(ctx context.Context, chatID uuid.UUID) ([]ChatMessage, error) {
@@ -170,6 +175,7 @@ func (q *Queries) ChatMessageListAll(ctx context.Context, chatID uuid.UUID) ([]C
 			&i.Usage,
 			&i.CreatedBy,
 			&i.CreatedAt,
+			&i.TurnID,
 		); err != nil {
 			return nil, err
 		}
@@ -182,7 +188,7 @@ func (q *Queries) ChatMessageListAll(ctx context.Context, chatID uuid.UUID) ([]C
 }
 
 const chatMessageListVisible = `-- name: ChatMessageListVisible :many
-SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at FROM chat_messages
+SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id FROM chat_messages
 WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model'
 ORDER BY id
 `
@@ -212,6 +218,7 @@ func (q *Queries) ChatMessageListVisible(ctx context.Context, chatID uuid.UUID) 
 			&i.Usage,
 			&i.CreatedBy,
 			&i.CreatedAt,
+			&i.TurnID,
 		); err != nil {
 			return nil, err
 		}

@@ -1,10 +1,10 @@
 -- name: ChatQueuedMessageInsert :one
 -- Appends at the tail.
-INSERT INTO chat_queued_messages (chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at)
+INSERT INTO chat_queued_messages (chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at, turn_id)
 VALUES (
     @chat_id, @content, @model_config_id, @reasoning_effort,
     COALESCE((SELECT max(q.position) FROM chat_queued_messages q WHERE q.chat_id = @chat_id), 0) + 1,
-    @created_by, @created_at
+    @created_by, @created_at, @turn_id
 )
 RETURNING *;
 

@@ -43,7 +43,7 @@ func (q *Queries) ChatQueuedMessageDeleteAll(ctx context.Context, chatID uuid.UU
 }
 
 const chatQueuedMessageGet = `-- name: ChatQueuedMessageGet :one
-SELECT id, chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at FROM chat_queued_messages WHERE chat_id = $1 AND id = $2
+SELECT id, chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at, turn_id FROM chat_queued_messages WHERE chat_id = $1 AND id = $2
 `
 
 type ChatQueuedMessageGetParams struct {
@@ -63,12 +63,13 @@ func (q *Queries) ChatQueuedMessageGet(ctx context.Context, arg ChatQueuedMessag
 		&i.Position,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.TurnID,
 	)
 	return i, err
 }
 
 const chatQueuedMessageHead = `-- name: ChatQueuedMessageHead :one
-SELECT id, chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id LIMIT 1
+SELECT id, chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at, turn_id FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id LIMIT 1
 `
 
 func (q *Queries) ChatQueuedMessageHead(ctx context.Context, chatID uuid.UUID) (ChatQueuedMessage, error) {
@@ -83,18 +84,19 @@ func (q *Queries) ChatQueuedMessageHead(ctx context.Context, chatID uuid.UUID) (
 		&i.Position,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.TurnID,
 	)
 	return i, err
 }
 
 const chatQueuedMessageInsert = `-- name: ChatQueuedMessageInsert :one
-INSERT INTO chat_queued_messages (chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at)
+INSERT INTO chat_queued_messages (chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at, turn_id)
 VALUES (
     $1, $2, $3, $4,
     COALESCE((SELECT max(q.position) FROM chat_queued_messages q WHERE q.chat_id = $1), 0) + 1,
-    $5, $6
+    $5, $6, $7
 )
-RETURNING id, chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at
+RETURNING id, chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at, turn_id
 `
 
 type ChatQueuedMessageInsertParams struct {
@@ -104,6 +106,7 @@ type ChatQueuedMessageInsertParams struct {
 	ReasoningEffort *string
 	CreatedBy       *uuid.UUID
 	CreatedAt       time.Time
+	TurnID          *uuid.UUID
 }
 
 // Appends at the tail.
@@ -115,6 +118,7 @@ func (q *Queries) ChatQueuedMessageInsert(ctx context.Context, arg ChatQueuedMes
 		arg.ReasoningEffort,
 		arg.CreatedBy,
 		arg.CreatedAt,
+		arg.TurnID,
 	)
 	var i ChatQueuedMessage
 	err := row.Scan(
@@ -126,12 +130,13 @@ func (q *Queries) ChatQueuedMessageInsert(ctx context.Context, arg ChatQueuedMes
 		&i.Position,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.TurnID,
 	)
 	return i, err
 }
 
 const chatQueuedMessageList = `-- name: ChatQueuedMessageList :many
-SELECT id, chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id
+SELECT id, chat_id, content, model_config_id, reasoning_effort, position, created_by, created_at, turn_id FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id
 `
 
 func (q *Queries) ChatQueuedMessageList(ctx context.Context, chatID uuid.UUID) ([]ChatQueuedMessage, error) {
@@ -152,6 +157,7 @@ func (q *Queries) ChatQueuedMessageList(ctx context.Context, chatID uuid.UUID) (
 			&i.Position,
 			&i.CreatedBy,
 			&i.CreatedAt,
+			&i.TurnID,
 		); err != nil {
 			return nil, err
 		}

@@ -343,6 +343,7 @@ type ChatMessage struct {
 	Usage           json.RawMessage
 	CreatedBy       *uuid.UUID
 	CreatedAt       time.Time
+	TurnID          *uuid.UUID
 }
 
 type ChatModelConfig struct {
@@ -408,6 +409,7 @@ type ChatQueuedMessage struct {
 	Position        int64
 	CreatedBy       *uuid.UUID
 	CreatedAt       time.Time
+	TurnID          *uuid.UUID
 }
 
 type ChatRequest struct {

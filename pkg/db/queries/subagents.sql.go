@@ -12,7 +12,7 @@ import (
 )
 
 const chatLastAssistantMessage = `-- name: ChatLastAssistantMessage :one
-SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at FROM chat_messages
+SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id FROM chat_messages
 WHERE chat_id = $1 AND role = 'assistant' AND NOT deleted
 ORDER BY id DESC
 LIMIT 1
@@ -37,6 +37,7 @@ func (q *Queries) ChatLastAssistantMessage(ctx context.Context, chatID uuid.UUID
 		&i.Usage,
 		&i.CreatedBy,
 		&i.CreatedAt,
+		&i.TurnID,
 	)
 	return i, err
 }

@@ -37,6 +37,10 @@ export function partNode(p) {
         el('summary', { text: `${p.is_error ? 'Tool error' : 'Tool result'}: ${p.tool_name}` }), el('pre', { text: json(p.result) }));
     case 'file':
       return el('div', { class: 'part file', text: `File: ${p.name || p.file_id} (${p.media_type || 'unknown type'})` });
+    case 'hook-notice':
+      // A lifecycle hook's user_message: a notice from policy, not something the user typed.
+      return el('div', { class: 'part hook-notice', 'data-testid': 'hook-notice', 'data-hook': p.hook || '' },
+        el('span', { class: 'badge', text: 'Policy notice' }), el('span', { text: ` ${p.text ?? ''}` }));
     default:
       return el('pre', { class: 'part unknown', text: json(p) });
   }
@@ -44,11 +48,12 @@ export function partNode(p) {
 
 // messageNode renders a committed message; user messages get an Edit button.
 export function messageNode(m, { onEdit, editable }) {
-  const head = el('div', { class: 'message-head' }, el('span', { class: 'role', text: m.role }));
+  const notice = m.role === 'system' && (m.content || []).some((p) => p.type === 'hook-notice');
+  const head = el('div', { class: 'message-head' }, el('span', { class: 'role', text: notice ? 'policy' : m.role }));
   if (m.role === 'user' && editable) {
     head.append(el('button', { type: 'button', class: 'link', 'data-testid': 'edit-message', text: 'Edit', onclick: () => onEdit(m) }));
   }
-  return el('article', { class: `message ${m.role}`, 'data-testid': 'message', 'data-role': m.role, 'data-message-id': m.id },
+  return el('article', { class: `message ${m.role}${notice ? ' notice' : ''}`, 'data-testid': 'message', 'data-role': m.role, 'data-message-id': m.id },
     head, (m.content || []).map(partNode));
 }
 

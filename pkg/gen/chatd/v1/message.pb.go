@@ -204,9 +204,13 @@ func (x *Usage) GetOutputTokens() int64 {
 //	"file"          file_id, media_type, name
 type MessagePart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// One of "text", "reasoning", "tool-call", "tool-result", "file".
+	// One of "text", "reasoning", "tool-call", "tool-result", "file", or
+	// "hook-notice": a lifecycle hook consumer's user_message, a policy
+	// notice chatd wrote (on the prompt it was returned for, or as the only
+	// part of a "system" message). Clients show a hook-notice as a notice,
+	// not as something the user typed, and cannot send one.
 	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
-	// text, reasoning: the text.
+	// text, reasoning, hook-notice: the text.
 	Text *string `protobuf:"bytes,2,opt,name=text,proto3,oneof" json:"text,omitempty"`
 	// tool-call, tool-result: the id that pairs a call with its result.
 	ToolCallId *string `protobuf:"bytes,3,opt,name=tool_call_id,json=toolCallId,proto3,oneof" json:"tool_call_id,omitempty"`
@@ -228,8 +232,10 @@ type MessagePart struct {
 	// input_override) replaced the call's input; args is the input the tool
 	// ran with. Clients show "Modified by policy". Unset otherwise.
 	PolicyModified *bool `protobuf:"varint,11,opt,name=policy_modified,json=policyModified,proto3,oneof" json:"policy_modified,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// hook-notice: the lifecycle event whose hook returned it, e.g. "stop".
+	Hook          *string `protobuf:"bytes,12,opt,name=hook,proto3,oneof" json:"hook,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MessagePart) Reset() {
@@ -337,6 +343,13 @@ func (x *MessagePart) GetPolicyModified() bool {
 		return *x.PolicyModified
 	}
 	return false
+}
+
+func (x *MessagePart) GetHook() string {
+	if x != nil && x.Hook != nil {
+		return *x.Hook
+	}
+	return ""
 }
 
 // QueuedMessage is a user message waiting for the chat to become idle.
@@ -466,7 +479,7 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"\x11_reasoning_effort\"Q\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12#\n" +
-	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"\xf5\x03\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"\x97\x04\n" +
 	"\vMessagePart\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x17\n" +
 	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12%\n" +
@@ -481,7 +494,8 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"media_type\x18\t \x01(\tH\x05R\tmediaType\x88\x01\x01\x12\x17\n" +
 	"\x04name\x18\n" +
 	" \x01(\tH\x06R\x04name\x88\x01\x01\x12,\n" +
-	"\x0fpolicy_modified\x18\v \x01(\bH\aR\x0epolicyModified\x88\x01\x01B\a\n" +
+	"\x0fpolicy_modified\x18\v \x01(\bH\aR\x0epolicyModified\x88\x01\x01\x12\x17\n" +
+	"\x04hook\x18\f \x01(\tH\bR\x04hook\x88\x01\x01B\a\n" +
 	"\x05_textB\x0f\n" +
 	"\r_tool_call_idB\f\n" +
 	"\n" +
@@ -491,7 +505,8 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"\b_file_idB\r\n" +
 	"\v_media_typeB\a\n" +
 	"\x05_nameB\x12\n" +
-	"\x10_policy_modified\"\xf9\x02\n" +
+	"\x10_policy_modifiedB\a\n" +
+	"\x05_hook\"\xf9\x02\n" +
 	"\rQueuedMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x17\n" +
 	"\achat_id\x18\x02 \x01(\tR\x06chatId\x12/\n" +

@@ -111,31 +111,45 @@ func (s *Server) CompactChat(ctx context.Context, req *chatdv1.CompactChatReques
 // back with "nothing to clear" when nothing model-visible follows the
 // latest boundary.
 func (s *Server) ClearChat(ctx context.Context, req *chatdv1.ClearChatRequest) (*chatdv1.ClearChatResponse, error) {
-	effects, err := s.clearSession(ctx, req.GetChatId())
+	c, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// session_start (clear), after the clear's own checks (hooks.go).
+	effects, err := s.clearSession(ctx, c, req.GetChatId())
 	if err != nil {
 		return nil, err
 	}
 	chat, err := s.chatAction(ctx, req.GetChatId(), func(_ auth.Claims, tx *chatstate.Tx) error {
-		if !chatstate.Allowed(tx.State(), chatstate.ClearContext) {
-			_, err := tx.ClearContext(ctx, nil) // the typed rejection
+		if err := checkClear(ctx, tx); err != nil {
 			return err
-		}
-		ok, err := tx.HasClearableHistory(ctx)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return statusError(codes.FailedPrecondition, ReasonNothingToClear,
-				"nothing to clear: the chat has no messages since it was last cleared")
 		}
 		boundary := chatstate.ClearBoundary(fmt.Sprintf("chat_cleared_%d", tx.Chat().SnapshotVersion))
-		_, err = tx.ClearContext(ctx, append(boundary, effects...))
+		_, err := tx.ClearContext(ctx, append(boundary, effects...))
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &chatdv1.ClearChatResponse{Chat: chat}, nil
+}
+
+// checkClear is what ClearChat refuses: a state that does not allow
+// ClearContext (its typed rejection), or "nothing to clear" when nothing
+// model-visible follows the latest boundary.
+func checkClear(ctx context.Context, tx *chatstate.Tx) error {
+	if err := tx.CheckAllowed(chatstate.ClearContext); err != nil {
+		return err
+	}
+	ok, err := tx.HasClearableHistory(ctx)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return statusError(codes.FailedPrecondition, ReasonNothingToClear,
+			"nothing to clear: the chat has no messages since it was last cleared")
+	}
+	return nil
 }
 
 // ReconcileInvalidChat applies ReconcileInvalidState.

@@ -94,15 +94,18 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 	if len(content) > 0 && s.hooks.Active() {
 		// session_start and user_prompt_submit: a deny or a failed dispatch
 		// creates no chat (hooks.go).
-		session, err := s.startSession(ctx, newChatRef(p.ID, c.UserID), false)
+		ref := newChatRef(p.ID, c.UserID)
+		turnID := s.newTurn(&ref)
+		session, err := s.startSession(ctx, ref, false)
 		if err != nil {
 			return nil, err
 		}
-		if content, err = s.admitPrompt(ctx, newChatRef(p.ID, c.UserID), content); err != nil {
+		if content, err = s.admitPrompt(ctx, ref, content); err != nil {
 			return nil, err
 		}
-		content = append(content, session...) // hook effects (hooks.go)
-		p.Messages[len(p.Messages)-1].Content = content
+		content = append(content, session...) // hook parts (hooks.go)
+		prompt := &p.Messages[len(p.Messages)-1]
+		prompt.Content, prompt.TurnID = content, turnID
 		if p.Title, p.TitleSource, err = createTitle(req.Title, content); err != nil {
 			return nil, err
 		}

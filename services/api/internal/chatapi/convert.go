@@ -157,8 +157,7 @@ func queuedToProto(q queries.ChatQueuedMessage) (*chatdv1.QueuedMessage, error) 
 	if err != nil {
 		return nil, fmt.Errorf("queued message %d: %w", q.ID, err)
 	}
-	// A queued prompt's model-only hook context is not for clients.
-	parts, err := partsToProto(content.ForUser())
+	parts, err := partsToProto(content)
 	if err != nil {
 		return nil, fmt.Errorf("queued message %d: %w", q.ID, err)
 	}
@@ -187,13 +186,19 @@ func queuedListToProto(qs []queries.ChatQueuedMessage) ([]*chatdv1.QueuedMessage
 	return out, nil
 }
 
+// partsToProto converts content for clients: a hook-context part (a hook's
+// model_context) is for the model only and never leaves chatd; a
+// hook-notice part keeps its event.
 func partsToProto(c chatmsg.Content) ([]*chatdv1.MessagePart, error) {
+	c = c.ForUser()
 	out := make([]*chatdv1.MessagePart, 0, len(c))
 	for _, p := range c {
 		pp := &chatdv1.MessagePart{Type: string(p.Type)}
 		switch p.Type {
 		case chatmsg.PartText, chatmsg.PartReasoning:
 			pp.Text = proto.String(p.Text)
+		case chatmsg.PartHookNotice:
+			pp.Text, pp.Hook = proto.String(p.Text), proto.String(p.Hook)
 		case chatmsg.PartToolCall:
 			pp.ToolCallId, pp.ToolName = proto.String(p.ToolCallID), proto.String(p.ToolName)
 			v, err := jsonToValue(p.Args)

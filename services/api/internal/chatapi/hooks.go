@@ -3,7 +3,6 @@ package chatapi
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -39,20 +38,16 @@ func chatRef(chat queries.Chat) agenthooks.ChatRef {
 // admitPrompt dispatches user_prompt_submit for a prompt being admitted
 // (create, send, queue, edit), before anything is persisted, and returns the
 // content to store: unchanged, or with its text replaced by the consumer's
-// override. A deny is a 403 carrying the consumer's user_message; a failed
-// dispatch is a 503 naming the dispatch ID. Either way nothing is saved.
-// Without active hooks it returns content as is.
+// override, plus the response's effects as parts of the prompt (hookParts).
+// ref carries the prompt's turn ID (newTurn). A deny is a 403 carrying the
+// consumer's user_message; a failed dispatch is a 503 naming the dispatch
+// ID. Either way nothing is saved. Without active hooks it returns content
+// as is.
 func (s *Server) admitPrompt(ctx context.Context, ref agenthooks.ChatRef, content chatmsg.Content) (chatmsg.Content, error) {
 	if !s.hooks.Active() || len(content) == 0 {
 		return content, nil
 	}
-	var prompt strings.Builder
-	for _, p := range content {
-		if p.Type == chatmsg.PartText {
-			prompt.WriteString(p.Text)
-		}
-	}
-	ev, err := hooks.UserPromptSubmit(ref, prompt.String(), content.Marshal(), true)
+	ev, err := hooks.UserPromptSubmit(ref, content.PlainText(), content.Marshal(), true)
 	if err != nil {
 		return nil, s.fail(ctx, err)
 	}
@@ -73,24 +68,37 @@ func (s *Server) admitPrompt(ctx context.Context, ref agenthooks.ChatRef, conten
 			return nil, statusError(codes.PermissionDenied, ReasonHookDenied, "the policy removed the whole prompt")
 		}
 	}
-	// model_context and user_message ride on the prompt as parts for one
-	// audience; chatstate stores them as a model-only and a user-only row
-	// beside the prompt row when it enters history (a queued prompt keeps
-	// them until it is promoted; clients never see the model part).
-	return append(content, effectParts(agenthooks.EventUserPromptSubmit, resp)...), nil
+	return append(content, hookParts(agenthooks.EventUserPromptSubmit, resp)...), nil
 }
 
-// effectParts are a response's model_context and user_message as parts of
-// a prompt for one audience (chatmsg.Part.Audience).
-func effectParts(ev agenthooks.EventType, resp agenthooks.Response) chatmsg.Content {
+// hookParts are a response's model_context and user_message as typed parts
+// of the prompt message itself (spec: "stored as typed parts of the prompt
+// message"): a hook-context part the model reads and clients never see,
+// and a hook-notice part clients show attached to the prompt and the model
+// never reads.
+func hookParts(ev agenthooks.EventType, resp agenthooks.Response) chatmsg.Content {
 	var out chatmsg.Content
 	if resp.ModelContext != "" {
-		out = append(out, chatmsg.AudienceText(chatmsg.AudienceModel, string(ev), resp.ModelContext))
+		out = append(out, chatmsg.HookContext(string(ev), resp.ModelContext))
 	}
 	if resp.UserMessage != "" {
-		out = append(out, chatmsg.AudienceText(chatmsg.AudienceUser, string(ev), resp.UserMessage))
+		out = append(out, chatmsg.HookNotice(string(ev), resp.UserMessage))
 	}
 	return out
+}
+
+// newTurn allocates the turn ID of a prompt about to be admitted and sets
+// it on ref: its session_start and user_prompt_submit carry it, the prompt
+// row stores it (chatstate.NewMessage.TurnID), and the worker's events of
+// the turn carry it too. Without active hooks it allocates nothing (the
+// worker derives an ID should hooks be turned on later).
+func (s *Server) newTurn(ref *agenthooks.ChatRef) *uuid.UUID {
+	if !s.hooks.Active() {
+		return nil
+	}
+	id := uuid.New()
+	ref.TurnID = &id
+	return &id
 }
 
 // hookError maps a failed dispatch to the request's error: 503 naming the
@@ -111,9 +119,8 @@ func (s *Server) hookError(ctx context.Context, err error) error {
 // startSession dispatches session_start at admission time: source is
 // resume when the chat already has an assistant reply, startup otherwise.
 // Its response carries no decision; a failed dispatch rejects the request.
-// Its model_context and user_message are returned as parts for one
-// audience, for the caller to attach to the prompt it admits (see
-// effectParts).
+// Its model_context and user_message are returned as hook parts for the
+// caller to attach to the prompt it admits (see hookParts).
 func (s *Server) startSession(ctx context.Context, ref agenthooks.ChatRef, hasReply bool) (chatmsg.Content, error) {
 	source := agenthooks.SourceStartup
 	if hasReply {
@@ -123,7 +130,7 @@ func (s *Server) startSession(ctx context.Context, ref agenthooks.ChatRef, hasRe
 	if err != nil {
 		return nil, s.hookError(ctx, err)
 	}
-	return effectParts(agenthooks.EventSessionStart, resp), nil
+	return hookParts(agenthooks.EventSessionStart, resp), nil
 }
 
 // hasAssistantReply reports whether chat has a (non-deleted) assistant
@@ -159,39 +166,46 @@ func replacePromptText(content chatmsg.Content, replacement string) chatmsg.Cont
 }
 
 // admitToChat is admitPrompt for a prompt sent to (or replacing one in) the
-// existing chat rawID: it checks the caller owns the chat and that the chat
-// is not archived before dispatching, so a request that cannot be admitted
-// reaches no consumer.
+// existing chat rawID. Admission first: it checks the caller owns the
+// chat, then, on a view of it, check — everything the transition would
+// refuse the request for on its own (a state that does not allow it, a
+// full queue, a missing edit target) — so a request that will be refused
+// dispatches nothing. It returns the content to store and the prompt's
+// turn ID (newTurn).
 //
 // A send to an errored chat resumes it and an edit restarts it, so those
 // first dispatch session_start (see startSession).
-func (s *Server) admitToChat(ctx context.Context, c auth.Claims, rawID string, content chatmsg.Content, edit bool) (chatmsg.Content, error) {
+func (s *Server) admitToChat(ctx context.Context, c auth.Claims, rawID string, content chatmsg.Content, edit bool, check func(*chatstate.Tx) error) (chatmsg.Content, *uuid.UUID, error) {
 	if !s.hooks.Active() {
-		return content, nil
+		return content, nil, nil
 	}
 	chat, err := s.readChat(ctx, c, rawID)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if chat.Archived {
-		return content, nil // the transition rejects it; no dispatch
+	if err := s.machine.View(ctx, chat.ID, func(tx *chatstate.Tx) error {
+		chat = tx.Chat()
+		return check(tx)
+	}); err != nil {
+		return nil, nil, s.fail(ctx, err)
 	}
 	ref := chatRef(chat)
+	turnID := s.newTurn(&ref)
 	var session chatmsg.Content
 	if edit || chat.Status == queries.ChatStatusError {
 		hasReply, err := s.hasAssistantReply(ctx, chat.ID)
 		if err != nil {
-			return nil, s.fail(ctx, err)
+			return nil, nil, s.fail(ctx, err)
 		}
 		if session, err = s.startSession(ctx, ref, hasReply); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	content, err = s.admitPrompt(ctx, ref, content)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return append(content, session...), nil
+	return append(content, session...), turnID, nil
 }
 
 // newChatRef identifies a chat being created.
@@ -201,34 +215,30 @@ func newChatRef(id, owner uuid.UUID) agenthooks.ChatRef {
 
 // clearSession dispatches session_start with source clear before a /clear
 // commits (outside its transaction: no row lock is held while a consumer
-// answers). A failed dispatch rejects the clear, nothing changes. The
-// consumer's model_context and user_message become a model-only and a
-// user-only row after the clear boundary, so the next prompt's model sees
-// the context and the user the message.
-func (s *Server) clearSession(ctx context.Context, rawID string) ([]chatstate.NewMessage, error) {
+// answers). Admission first: on a view of the chat it checks what the
+// clear would be refused for (a state that does not allow it, nothing to
+// clear), so a refused clear dispatches nothing. A failed dispatch rejects
+// the clear, nothing changes. The consumer's model_context and
+// user_message become a hook-context and a hook-notice message after the
+// clear boundary (chatstate.HookEffects), so the next prompt's model sees
+// the context and the user the notice.
+func (s *Server) clearSession(ctx context.Context, c auth.Claims, rawID string) ([]chatstate.NewMessage, error) {
 	if !s.hooks.Active() {
 		return nil, nil
-	}
-	c, err := s.caller(ctx)
-	if err != nil {
-		return nil, err
 	}
 	chat, err := s.readChat(ctx, c, rawID)
 	if err != nil {
 		return nil, err
 	}
+	if err := s.machine.View(ctx, chat.ID, func(tx *chatstate.Tx) error {
+		chat = tx.Chat()
+		return checkClear(ctx, tx)
+	}); err != nil {
+		return nil, s.fail(ctx, err)
+	}
 	resp, err := s.hooks.Dispatch(ctx, hooks.SessionStart(chatRef(chat), agenthooks.SourceClear, false))
 	if err != nil {
 		return nil, s.hookError(ctx, err)
 	}
-	var out []chatstate.NewMessage
-	if resp.ModelContext != "" {
-		out = append(out, chatstate.NewMessage{Role: chatstate.RoleUser, Visibility: chatstate.VisibleToModel,
-			Content: chatmsg.Content{chatmsg.Text(resp.ModelContext)}})
-	}
-	if resp.UserMessage != "" {
-		out = append(out, chatstate.NewMessage{Role: chatstate.RoleUser, Visibility: chatstate.VisibleToUser,
-			Content: chatmsg.Content{chatmsg.Text(resp.UserMessage)}})
-	}
-	return out, nil
+	return chatstate.HookEffects(string(agenthooks.EventSessionStart), resp.ModelContext, resp.UserMessage), nil
 }

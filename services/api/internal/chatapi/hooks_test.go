@@ -46,7 +46,7 @@ func (p *policyConsumer) seen() []agenthooks.UserPromptSubmitData {
 
 // startHookedAPI starts the api with a dispatcher pointed at a policy
 // consumer; mutate adjusts the hook configuration.
-func startHookedAPI(t *testing.T, mutate func(*hooks.Config)) (*api, *policyConsumer) {
+func startHookedAPI(t *testing.T, mutate func(*hooks.Config), opts ...apiOption) (*api, *policyConsumer) {
 	t.Helper()
 	pc := &policyConsumer{}
 	var url string
@@ -80,7 +80,16 @@ func startHookedAPI(t *testing.T, mutate func(*hooks.Config)) (*api, *policyCons
 					return r, nil
 				case strings.Contains(d.Prompt, "secret-"):
 					return agenthooks.AllowPrompt(strings.ReplaceAll(d.Prompt, "secret-1", "[redacted]")), nil
+				case strings.Contains(d.Prompt, "annotate"):
+					return agenthooks.Response{ModelContext: "context for the model", UserMessage: "a note from policy"}, nil
 				}
+				return agenthooks.Response{}, nil
+			},
+			PostToolUse: func(_ context.Context, m agenthooks.Meta, d agenthooks.PostToolUseData) (agenthooks.Response, error) {
+				pc.mu.Lock()
+				pc.events = append(pc.events, "post_tool_use:"+d.ToolUseID)
+				pc.metas = append(pc.metas, m)
+				pc.mu.Unlock()
 				return agenthooks.Response{}, nil
 			},
 		}, agenthooks.WithExpectedIssuer("dep-api-test")).ServeHTTP(w, r)
@@ -97,7 +106,7 @@ func startHookedAPI(t *testing.T, mutate func(*hooks.Config)) (*api, *policyCons
 	}
 	d, err := hooks.New(cfg, hooks.WithHTTPClient(srv.Client()))
 	require.NoError(t, err)
-	a := startAPI(t, func(c *chatapi.AppConfig) { c.Hooks = d })
+	a := startAPI(t, append([]apiOption{func(c *chatapi.AppConfig) { c.Hooks = d }}, opts...)...)
 	return a, pc
 }
 

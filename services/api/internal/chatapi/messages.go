@@ -105,11 +105,19 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 			return nil, s.fail(ctx, err)
 		}
 	}
-	if content, err = s.admitToChat(ctx, c, req.GetChatId(), content, false); err != nil {
+	admit := func(tx *chatstate.Tx) error {
+		if err := tx.CheckSend(chatstate.BusyBehavior(behavior)); err != nil {
+			return err
+		}
+		return s.checkQueueRoom(tx)
+	}
+	content, turnID, err := s.admitToChat(ctx, c, req.GetChatId(), content, false, admit)
+	if err != nil {
 		return nil, err
 	}
 	msg := chatstate.NewMessage{
 		Role: chatstate.RoleUser, Content: content, ModelConfigID: modelID, ReasoningEffort: effort, CreatedBy: &c.UserID,
+		TurnID: turnID,
 	}
 	var resp *chatdv1.SendMessageResponse
 	var title *titleJob // the first prompt of a chat created empty (titles.go)
@@ -119,9 +127,8 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 				return err
 			}
 		}
-		if busyStates[tx.State()] && tx.QueueLen() >= int64(s.cfg.MaxQueuedMessages) {
-			return statusError(codes.ResourceExhausted, ReasonQueueFull,
-				fmt.Sprintf("the chat already has %d queued messages, the limit; wait for them or delete some", tx.QueueLen()))
+		if err := s.checkQueueRoom(tx); err != nil {
+			return err
 		}
 		linked, err := s.linkFiles(ctx, tx, msg.Content)
 		if err != nil {
@@ -156,6 +163,16 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 	created(ctx)
 	s.startTitle(title)
 	return resp, nil
+}
+
+// checkQueueRoom refuses a send that would queue past
+// CHATD_MAX_QUEUED_MESSAGES.
+func (s *Server) checkQueueRoom(tx *chatstate.Tx) error {
+	if busyStates[tx.State()] && tx.QueueLen() >= int64(s.cfg.MaxQueuedMessages) {
+		return statusError(codes.ResourceExhausted, ReasonQueueFull,
+			fmt.Sprintf("the chat already has %d queued messages, the limit; wait for them or delete some", tx.QueueLen()))
+	}
+	return nil
 }
 
 func sendResponse(res chatstate.SendMessageResult) (*chatdv1.SendMessageResponse, error) {
@@ -214,8 +231,11 @@ func (s *Server) EditMessage(ctx context.Context, req *chatdv1.EditMessageReques
 		return nil, err
 	}
 	// session_start and user_prompt_submit, before anything is persisted
-	// (hooks.go).
-	if content, err = s.admitToChat(ctx, c, req.GetChatId(), content, true); err != nil {
+	// and after the edit's own checks (hooks.go).
+	content, turnID, err := s.admitToChat(ctx, c, req.GetChatId(), content, true, func(tx *chatstate.Tx) error {
+		return tx.CheckEdit(ctx, req.GetMessageId())
+	})
+	if err != nil {
 		return nil, err
 	}
 	var rows []queries.ChatMessage
@@ -226,7 +246,7 @@ func (s *Server) EditMessage(ctx context.Context, req *chatdv1.EditMessageReques
 		}
 		rows, err = tx.EditMessage(ctx, req.GetMessageId(), chatstate.NewMessage{
 			Role: chatstate.RoleUser, Content: linked, CreatedBy: &c.UserID,
-			ModelConfigID: modelID, ReasoningEffort: effort,
+			ModelConfigID: modelID, ReasoningEffort: effort, TurnID: turnID,
 		}, nil)
 		return err
 	})

@@ -4,8 +4,9 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/google/uuid"
+
 	"github.com/chatd/chatd/pkg/auth"
-	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/hooks"
 )
@@ -14,10 +15,12 @@ import (
 // of a pending dynamic tool call, before anything is committed (spec "Plan
 // failure recovery"): a failed dispatch rejects the submission (503 naming
 // the dispatch ID) without committing the results, and the client can
-// resubmit them. The responses' model_context and user_message are returned
-// as a model-only and a user-only message, committed after the results.
-// Results that answer no pending call get no dispatch: the transition
-// rejects them. Without active hooks it returns nothing.
+// resubmit them. Admission first: results the transition would refuse (a
+// chat not in requires_action; partial, unknown or repeated results) are
+// refused before any dispatch. The responses' model_context and
+// user_message are returned as hook-context and hook-notice messages
+// (chatstate.HookEffects), committed after the results. Without active
+// hooks it returns nothing.
 func (s *Server) toolResultHooks(ctx context.Context, c auth.Claims, rawID string, results []chatstate.ToolResult) ([]chatstate.NewMessage, error) {
 	if !s.hooks.Active() {
 		return nil, nil
@@ -29,18 +32,17 @@ func (s *Server) toolResultHooks(ctx context.Context, c auth.Claims, rawID strin
 	var pending []chatstate.OpenToolCall
 	ref := chatRef(chat)
 	if err := s.machine.View(ctx, chat.ID, func(tx *chatstate.Tx) error {
+		if err := tx.CheckToolResults(ctx, results); err != nil {
+			return err
+		}
 		var err error
 		if pending, err = tx.PendingDynamicToolCalls(ctx); err != nil {
 			return err
 		}
-		// turn_id: as the worker derives it, from the turn's prompt row.
+		// turn_id: the turn's, as the worker reads it.
 		msgs, err := tx.ActiveMessages(ctx)
-		for i := len(msgs) - 1; i >= 0 && err == nil; i-- {
-			if msgs[i].Role == chatstate.RoleUser && msgs[i].Visibility == chatstate.VisibleToBoth {
-				id := hooks.TurnID(chat.ID, msgs[i].ID)
-				ref.TurnID = &id
-				break
-			}
+		if id := hooks.CurrentTurnID(chat.ID, msgs); err == nil && id != uuid.Nil {
+			ref.TurnID = &id
 		}
 		return err
 	}); err != nil {
@@ -68,14 +70,7 @@ func (s *Server) toolResultHooks(ctx context.Context, c auth.Claims, rawID strin
 		if err != nil {
 			return nil, s.hookError(ctx, err)
 		}
-		if resp.ModelContext != "" {
-			effects = append(effects, chatstate.NewMessage{Role: chatstate.RoleUser, Visibility: chatstate.VisibleToModel,
-				Content: chatmsg.Content{{Type: chatmsg.PartText, Text: resp.ModelContext, Hook: string(ev.Type)}}})
-		}
-		if resp.UserMessage != "" {
-			effects = append(effects, chatstate.NewMessage{Role: chatstate.RoleUser, Visibility: chatstate.VisibleToUser,
-				Content: chatmsg.Content{{Type: chatmsg.PartText, Text: resp.UserMessage, Hook: string(ev.Type)}}})
-		}
+		effects = append(effects, chatstate.HookEffects(string(ev.Type), resp.ModelContext, resp.UserMessage)...)
 	}
 	return effects, nil
 }

@@ -58,6 +58,8 @@ func (s *Server) userContent(parts []*chatdv1.MessagePart, allowEmpty bool) (cha
 			content = append(content, chatmsg.Part{Type: chatmsg.PartFile, FileID: p.GetFileId()})
 		case string(chatmsg.PartReasoning), string(chatmsg.PartToolCall), string(chatmsg.PartToolResult):
 			return nil, invalid("content[%d]: a user message cannot carry a %q part; send text (tool results go to POST /api/v2/chats/{chat}/tool-results)", i, p.GetType())
+		case string(chatmsg.PartHookNotice), string(chatmsg.PartHookContext):
+			return nil, invalid("content[%d]: a %q part is written by chatd for a lifecycle hook's response; a user message cannot carry one", i, p.GetType())
 		default:
 			return nil, invalid("content[%d]: unknown part type %q; use \"text\" or \"file\"", i, p.GetType())
 		}

@@ -137,6 +137,9 @@ type Part struct {
 	// PolicyModified: a lifecycle hook rewrote this tool call's input
 	// ("Modified by policy"), as in the REST message part.
 	PolicyModified bool `json:"policy_modified,omitempty"`
+	// Hook, on a hook-notice part, is the lifecycle event whose hook
+	// returned it, as in the REST message part.
+	Hook string `json:"hook,omitempty"`
 }
 
 // Message is the message payload, matching the REST message shape.
@@ -194,7 +197,7 @@ func encodeParts(raw json.RawMessage) ([]Part, error) {
 	if err != nil {
 		return nil, err
 	}
-	content = content.ForUser() // a queued prompt's model-only hook context
+	content = content.ForUser() // hook-context parts are for the model only
 	out := make([]Part, 0, len(content))
 	for _, p := range content {
 		wp := Part{Type: string(p.Type)}
@@ -202,6 +205,9 @@ func encodeParts(raw json.RawMessage) ([]Part, error) {
 		case chatmsg.PartText, chatmsg.PartReasoning:
 			t := p.Text
 			wp.Text = &t
+		case chatmsg.PartHookNotice:
+			t := p.Text
+			wp.Text, wp.Hook = &t, p.Hook
 		case chatmsg.PartToolCall:
 			wp.ToolCallID, wp.ToolName, wp.Args = p.ToolCallID, p.ToolName, nonNullJSON(p.Args)
 			wp.PolicyModified = p.PolicyModified

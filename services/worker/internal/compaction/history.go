@@ -261,7 +261,8 @@ func Transcript(rows []queries.ChatMessage, guidance string) (string, error) {
 		if IsBoundaryAnchor(m) {
 			label = "EARLIER SUMMARY"
 		}
-		for _, p := range c {
+		for _, p := range c.ForModel() { // hook context as text, no hook notices
+
 			var text string
 			switch p.Type {
 			case chatmsg.PartText:

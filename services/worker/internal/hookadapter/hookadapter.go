@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 
 	"github.com/chatd/chatd/pkg/agenthooks"
-	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/hooks"
@@ -80,38 +79,14 @@ func (c Compaction) PostCompact(ctx context.Context, chat queries.Chat, _ runner
 	if err != nil {
 		return nil, err
 	}
-	return markHook(EffectMessages(resp), agenthooks.EventPostCompact), nil
+	return effects(agenthooks.EventPostCompact, resp), nil
 }
 
-// markHook marks the parts of msgs with the event that produced them
-// (chatmsg.Part.Hook).
-func markHook(msgs []chatstate.NewMessage, ev agenthooks.EventType) []chatstate.NewMessage {
-	for i := range msgs {
-		for j := range msgs[i].Content {
-			msgs[i].Content[j].Hook = string(ev)
-		}
-	}
-	return msgs
-}
-
-// EffectMessages turns a response's model_context and user_message into
-// transcript messages for their audiences: a model-only user message and a
-// user-only user message.
-func EffectMessages(resp agenthooks.Response) []chatstate.NewMessage {
-	var msgs []chatstate.NewMessage
-	if resp.ModelContext != "" {
-		msgs = append(msgs, chatstate.NewMessage{
-			Role: chatstate.RoleUser, Visibility: chatstate.VisibleToModel,
-			Content: chatmsg.Content{chatmsg.Text(resp.ModelContext)},
-		})
-	}
-	if resp.UserMessage != "" {
-		msgs = append(msgs, chatstate.NewMessage{
-			Role: chatstate.RoleUser, Visibility: chatstate.VisibleToUser,
-			Content: chatmsg.Content{chatmsg.Text(resp.UserMessage)},
-		})
-	}
-	return msgs
+// effects are a response's model_context and user_message as transcript
+// messages marked with the event: a hook-context and a hook-notice message
+// (chatstate.HookEffects).
+func effects(ev agenthooks.EventType, resp agenthooks.Response) []chatstate.NewMessage {
+	return chatstate.HookEffects(string(ev), resp.ModelContext, resp.UserMessage)
 }
 
 // Tools dispatches pre_tool_use and post_tool_use through D (a nil or
@@ -130,15 +105,20 @@ func (t Tools) PreToolUse(ctx context.Context, chat queries.Chat, call runner.To
 	if !t.D.Active() {
 		return runner.ToolDecision{}, nil
 	}
-	ev, err := hooks.PreToolUse(turnRef(ctx, chat), call.ID, call.Name, call.Input, call.Schema)
+	schema := call.Schema
+	if call.Client {
+		schema = runner.ClientToolSchema(chat, call.Name)
+	}
+	ev, err := hooks.PreToolUse(turnRef(ctx, chat), call.ID, call.Name, call.Input, schema)
 	if err != nil {
 		return runner.ToolDecision{}, err
 	}
+	ev.ClientTool = call.Client
 	resp, err := t.D.Dispatch(ctx, ev)
 	if err != nil {
 		return runner.ToolDecision{}, err
 	}
-	dec := runner.ToolDecision{Messages: markHook(EffectMessages(resp), agenthooks.EventPreToolUse)}
+	dec := runner.ToolDecision{Messages: effects(agenthooks.EventPreToolUse, resp)}
 	switch {
 	case hooks.Denied(resp):
 		dec.Deny, dec.Reason = true, resp.Permission.Reason
@@ -173,5 +153,5 @@ func (t Tools) PostToolUse(ctx context.Context, chat queries.Chat, call runner.T
 	if err != nil {
 		return nil, err
 	}
-	return markHook(EffectMessages(resp), agenthooks.EventPostToolUse), nil
+	return effects(agenthooks.EventPostToolUse, resp), nil
 }

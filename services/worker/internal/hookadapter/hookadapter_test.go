@@ -2,6 +2,7 @@ package hookadapter_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -106,4 +107,54 @@ func TestCompactionHooks(t *testing.T) {
 	msgs, err = hookadapter.Compaction{}.PostCompact(ctx, chat, runner.PostCompactEvent{})
 	require.NoError(t, err)
 	require.Empty(t, msgs)
+}
+
+// A dynamic (client-executed) tool's override is checked against the input
+// schema the chat declares for it: a string passes for a string schema and
+// for a schema without a type, an object fails for a string schema, and a
+// built-in tool's string override fails.
+func TestClientToolOverrideTypes(t *testing.T) {
+	t.Parallel()
+	var url string
+	override := make(chan string, 1)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o := <-override
+		agenthooks.NewHTTPHandler([]byte(secret), url, agenthooks.Hooks{
+			PreToolUse: func(context.Context, agenthooks.Meta, agenthooks.PreToolUseData) (agenthooks.Response, error) {
+				return agenthooks.AllowTool(json.RawMessage(o)), nil
+			},
+		}).ServeHTTP(w, r)
+	}))
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	url = srv.URL + "/hook"
+	d, err := hooks.New(hooks.Config{
+		Enabled: true, URL: url, Secret: secret, Timeout: 10 * time.Second,
+		DeploymentID: "dep", Experiments: []string{hooks.Experiment},
+	}, hooks.WithHTTPClient(srv.Client()))
+	require.NoError(t, err)
+	chat := queries.Chat{ID: uuid.New(), OwnerID: uuid.New(), DynamicTools: json.RawMessage(
+		`[{"name":"run_shell","input_schema":{"type":"string"}},{"name":"anything","input_schema":{}}]`)}
+	tools := hookadapter.Tools{D: d}
+	for _, tc := range []struct {
+		call     runner.ToolCall
+		override string
+		ok       bool
+	}{
+		{runner.ToolCall{ID: "1", Name: "run_shell", Input: json.RawMessage(`"ls"`), Client: true}, `"ls -la"`, true},
+		{runner.ToolCall{ID: "2", Name: "run_shell", Input: json.RawMessage(`"ls"`), Client: true}, `{"cmd":"ls"}`, false},
+		{runner.ToolCall{ID: "3", Name: "anything", Input: json.RawMessage(`{}`), Client: true}, `[1,2,3]`, true},
+		{runner.ToolCall{ID: "4", Name: "read_file", Input: json.RawMessage(`{}`), Schema: json.RawMessage(`{"type":"object"}`)}, `"x"`, false},
+	} {
+		override <- tc.override
+		dec, err := tools.PreToolUse(context.Background(), chat, tc.call)
+		if !tc.ok {
+			de, ok := hooks.AsDispatchError(err)
+			require.True(t, ok, "call %s: %v", tc.call.ID, err)
+			require.Equal(t, hooks.ResultMalformed, de.Result)
+			continue
+		}
+		require.NoError(t, err, "call %s", tc.call.ID)
+		require.JSONEq(t, tc.override, string(dec.Input))
+	}
 }

@@ -81,10 +81,12 @@ func turnComplete(msgs []queries.ChatMessage, maxSteps int) bool {
 		}
 	}
 	for i := len(rows) - 1; i >= 0; i-- {
-		switch rows[i].Role {
-		case chatstate.RoleSystem:
+		switch {
+		case rows[i].Visibility == chatstate.VisibleToUser:
+			// A post_compact notice (a system row): the turn answers it.
+		case rows[i].Role == chatstate.RoleSystem:
 			continue
-		case chatstate.RoleAssistant:
+		case rows[i].Role == chatstate.RoleAssistant:
 			return true
 		}
 		return stepsInTurn(msgs) >= maxSteps
@@ -135,8 +137,8 @@ func buildRequest(chat queries.Chat, msgs []queries.ChatMessage, tools []llm.Too
 		if err != nil {
 			return llm.Request{}, fmt.Errorf("error reading message %d: %w", m.ID, err)
 		}
-		if len(content) == 0 {
-			continue
+		if content = content.ForModel(); len(content) == 0 {
+			continue // e.g. a prompt's hook notice only
 		}
 		req.Messages = append(req.Messages, llm.Message{Role: llmRoles[m.Role], Parts: content})
 	}

@@ -69,24 +69,26 @@ func stopContinuation(msgs []queries.ChatMessage) bool {
 // by a stop response.
 func continuedOnStop(msgs []queries.ChatMessage) bool {
 	for _, m := range msgs[turnPrompt(msgs)+1:] {
-		if hookRow(m, HookStop) {
+		if modelVisible(m) && hookRow(m, HookStop) {
 			return true
 		}
 	}
 	return false
 }
 
-// hookRow reports whether m is a user row carrying the effect of event.
+// hookRow reports whether m is an effect message of event: a hook-context
+// (model-only user) or hook-notice (user-only system) message
+// (chatstate.HookEffects).
 func hookRow(m queries.ChatMessage, event string) bool {
-	if m.Role != chatstate.RoleUser {
-		return false
+	if m.Visibility == chatstate.VisibleToBoth {
+		return false // a prompt carrying hook parts is no effect message
 	}
 	c, err := chatmsg.ParseContent(m.Content)
 	if err != nil {
 		return false
 	}
 	for _, p := range c {
-		if p.Hook == event {
+		if p.IsHookPart() && p.Hook == event {
 			return true
 		}
 	}
@@ -105,17 +107,11 @@ func (r *runner) stopTurn(ctx context.Context, in intent, p plan) error {
 	}
 	var msgs []chatstate.NewMessage
 	if dec.UserMessage != "" {
-		msgs = append(msgs, chatstate.NewMessage{
-			Role: chatstate.RoleUser, Visibility: chatstate.VisibleToUser,
-			Content: chatmsg.Content{{Type: chatmsg.PartText, Text: dec.UserMessage, Hook: HookStop}},
-		})
+		msgs = append(msgs, chatstate.HookNoticeMessage(HookStop, dec.UserMessage))
 	}
 	if dec.ModelContext != "" && !continuedOnStop(p.msgs) {
 		// Continue the turn once: the next decision answers this row.
-		msgs = append(msgs, chatstate.NewMessage{
-			Role: chatstate.RoleUser, Visibility: chatstate.VisibleToModel,
-			Content: chatmsg.Content{{Type: chatmsg.PartText, Text: dec.ModelContext, Hook: HookStop}},
-		})
+		msgs = append(msgs, chatstate.HookContextMessage(HookStop, dec.ModelContext))
 		return r.commitStep(ctx, in, chatstate.Step{Messages: msgs})
 	}
 	// The stop hook answered: a database blip retries the finish with its
@@ -152,23 +148,17 @@ func withTurnID(ctx context.Context, id uuid.UUID) context.Context {
 }
 
 // TurnID is the ID of the turn a hook dispatch belongs to (the meta turn_id
-// of worker events), when known: a UUID derived from the chat ID and the ID
-// of the turn's prompt message (the latest user message visible to both
-// the model and the user), so it is stable across retries, crashes and
+// of worker events), when known: the ID the turn's prompt was admitted
+// with, or one derived from the chat ID and the prompt row's ID
+// (hooks.CurrentTurnID), so it is stable across retries, crashes and
 // replicas.
 func TurnID(ctx context.Context) (uuid.UUID, bool) {
 	id, ok := ctx.Value(turnIDKey{}).(uuid.UUID)
 	return id, ok
 }
 
-// turnID derives the current turn's ID from the active history (uuid.Nil
-// when it has no prompt).
+// turnID is the current turn's ID for the active history (uuid.Nil when it
+// has no prompt).
 func turnID(chatID uuid.UUID, msgs []queries.ChatMessage) uuid.UUID {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		m := msgs[i]
-		if m.Role == chatstate.RoleUser && m.Visibility == chatstate.VisibleToBoth {
-			return hooks.TurnID(chatID, m.ID)
-		}
-	}
-	return uuid.Nil
+	return hooks.CurrentTurnID(chatID, msgs)
 }

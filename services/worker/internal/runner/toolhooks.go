@@ -40,6 +40,9 @@ type ToolCall struct {
 	Input json.RawMessage
 	// Schema is the tool's input schema.
 	Schema json.RawMessage
+	// Client marks a client-executed (dynamic) tool call; its Schema is the
+	// chat's declared input_schema (see ClientToolSchema).
+	Client bool
 }
 
 // ToolDecision is a PreToolUse outcome. The zero value runs the call as
@@ -97,14 +100,30 @@ func hookable(tb *agenttools.Toolbox, part chatmsg.Part) (ToolCall, bool) {
 }
 
 // dynamicCall is the call to offer the hooks for a client-executed
-// (dynamic) tool call: its exact input, no schema (the ambiguity checks
-// cover built-in tools only).
+// (dynamic) tool call: its exact input, marked Client (the ambiguity checks
+// cover built-in tools only; the adapter reads the declared schema with
+// ClientToolSchema for the override's type).
 func dynamicCall(part chatmsg.Part) ToolCall {
 	args := part.Args
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	return ToolCall{ID: part.ToolCallID, Name: part.ToolName, Input: args}
+	return ToolCall{ID: part.ToolCallID, Name: part.ToolName, Input: args, Client: true}
+}
+
+// ClientToolSchema is the input_schema chat declares for its dynamic tool
+// name (nil when it declares none or the tools do not parse).
+func ClientToolSchema(chat queries.Chat, name string) json.RawMessage {
+	specs, err := dynamicToolSpecs(chat.DynamicTools)
+	if err != nil {
+		return nil
+	}
+	for _, s := range specs {
+		if s.Name == name {
+			return s.InputSchema
+		}
+	}
+	return nil
 }
 
 // commitToolStep commits a step of tool results. After a failed

@@ -149,7 +149,7 @@ func TestPreToolUseDenyIsASyntheticResult(t *testing.T) {
 	require.True(t, res.IsError)
 	require.Contains(t, string(res.Result), "denied by policy: no shells here")
 	require.Equal(t, chatstate.VisibleToBoth, vis[3], "the synthetic result is visible to both")
-	require.Equal(t, "use read_file instead", msgs[4].Content.PlainText())
+	require.Equal(t, chatmsg.Content{chatmsg.HookContext("pre_tool_use", "use read_file instead")}, msgs[4].Content)
 	require.Equal(t, chatstate.VisibleToModel, vis[4], "model_context is model-only")
 	p.mu.Lock()
 	require.Empty(t, p.posts, "no post_tool_use for a call that did not run")

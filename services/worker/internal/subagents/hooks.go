@@ -9,6 +9,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/agenthooks"
 	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/services/worker/internal/agenttools"
 )
@@ -16,10 +17,11 @@ import (
 // admitPrompt dispatches user_prompt_submit for a prompt the agent submits
 // to a subagent chat (a spawn, before the child exists, or a message to an
 // existing child): work the parent's turn already admitted, so it does not
-// count against the admission share. It returns the content to store: the
-// prompt (or the consumer's replacement) with the response's model_context
-// and user_message as parts for one audience, which chatstate stores as a
-// model-only and a user-only row beside it.
+// count against the admission share. It returns the prompt to store: the
+// text (or the consumer's replacement) with the response's model_context
+// and user_message as hook-context and hook-notice parts of the prompt
+// itself, and the turn ID its dispatch carried (allocated here, stored with
+// the prompt, so the child's worker events of that turn carry it too).
 //
 // A deny is a refusal: an error result for the calling model carrying the
 // consumer's user_message (or reason). A failed dispatch refuses the call
@@ -27,23 +29,26 @@ import (
 // turn commits the results of the tools that ran and then enters error
 // naming the dispatch ID (spec "Plan failure recovery"). Without active
 // hooks the prompt is returned as is.
-func (p *Provider) admitPrompt(ctx context.Context, child agenthooks.ChatRef, prompt string) (content chatmsg.Content, refusal json.RawMessage) {
-	content = chatmsg.Content{chatmsg.Text(prompt)}
+func (p *Provider) admitPrompt(ctx context.Context, child agenthooks.ChatRef, prompt string) (msg chatstate.NewMessage, refusal json.RawMessage) {
+	msg = chatstate.UserMessage(chatmsg.Content{chatmsg.Text(prompt)})
 	if !p.cfg.Hooks.Active() {
-		return content, nil
+		return msg, nil
 	}
-	ev, err := hooks.UserPromptSubmit(child, prompt, content.Marshal(), false)
+	turn := uuid.New()
+	child.TurnID, msg.TurnID = &turn, &turn
+	ev, err := hooks.UserPromptSubmit(child, prompt, msg.Content.Marshal(), false)
 	if err == nil {
 		var resp agenthooks.Response
 		resp, err = p.cfg.Hooks.Dispatch(ctx, ev)
 		if err == nil {
-			return applyPromptResponse(content, resp)
+			msg.Content, refusal = applyPromptResponse(msg.Content, resp)
+			return msg, refusal
 		}
 	}
 	if ctx.Err() == nil {
 		agenttools.ReportFatal(ctx, err)
 	}
-	return nil, agenttools.ErrorResult(fmt.Sprintf("the subagent prompt was refused: %v", err))
+	return msg, agenttools.ErrorResult(fmt.Sprintf("the subagent prompt was refused: %v", err))
 }
 
 func applyPromptResponse(content chatmsg.Content, resp agenthooks.Response) (chatmsg.Content, json.RawMessage) {
@@ -65,10 +70,10 @@ func applyPromptResponse(content chatmsg.Content, resp agenthooks.Response) (cha
 	}
 	ev := string(agenthooks.EventUserPromptSubmit)
 	if resp.ModelContext != "" {
-		content = append(content, chatmsg.AudienceText(chatmsg.AudienceModel, ev, resp.ModelContext))
+		content = append(content, chatmsg.HookContext(ev, resp.ModelContext))
 	}
 	if resp.UserMessage != "" {
-		content = append(content, chatmsg.AudienceText(chatmsg.AudienceUser, ev, resp.UserMessage))
+		content = append(content, chatmsg.HookNotice(ev, resp.UserMessage))
 	}
 	return content, nil
 }

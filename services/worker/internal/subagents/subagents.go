@@ -240,14 +240,11 @@ func (p *Provider) spawn(ctx context.Context, c agenttools.Call) (json.RawMessag
 	}
 	id := ChildID(parent.ID, c.ToolCallID)
 	// user_prompt_submit before the child exists (hooks.go).
-	content, refusal := p.admitPrompt(ctx, childRef(id, parent.OwnerID, parent.ID, parent.RootChatID), args.Prompt)
+	prompt, refusal := p.admitPrompt(ctx, childRef(id, parent.OwnerID, parent.ID, parent.RootChatID), args.Prompt)
 	if refusal != nil {
 		return refusal, true, nil
 	}
-	prompt := chatstate.NewMessage{
-		Role: chatstate.RoleUser, Content: content,
-		ModelConfigID: sel.ModelConfigID, ReasoningEffort: sel.ReasoningEffort,
-	}
+	prompt.ModelConfigID, prompt.ReasoningEffort = sel.ModelConfigID, sel.ReasoningEffort
 	res, err := p.cfg.Machine.Create(ctx, chatstate.CreateParams{
 		ID: id, OrganizationID: parent.OrganizationID, OwnerID: parent.OwnerID, ParentChatID: &parent.ID,
 		Title: title, SystemPrompt: SubagentSystemPrompt,
@@ -446,18 +443,28 @@ func (p *Provider) message(ctx context.Context, c agenttools.Call) (json.RawMess
 	if args.Interrupt {
 		behavior = chatstate.BusyInterrupt
 	}
-	// user_prompt_submit for the message (hooks.go).
-	content, refusal := p.admitPrompt(ctx, childRef(child.ID, child.OwnerID, c.Chat.ID, c.Chat.RootChatID), args.Message)
+	// Admission first: a message the child cannot take dispatches nothing;
+	// then user_prompt_submit for it (hooks.go).
+	var te *chatstate.TransitionError
+	if p.cfg.Hooks.Active() {
+		err := p.cfg.Machine.View(ctx, child.ID, func(tx *chatstate.Tx) error { return tx.CheckSend(behavior) })
+		if errors.As(err, &te) {
+			return toolError("the subagent cannot take a message now: %v", err)
+		}
+		if err != nil {
+			return nil, true, err
+		}
+	}
+	prompt, refusal := p.admitPrompt(ctx, childRef(child.ID, child.OwnerID, c.Chat.ID, c.Chat.RootChatID), args.Message)
 	if refusal != nil {
 		return refusal, true, nil
 	}
 	var queued bool
 	res, err := p.cfg.Machine.Update(ctx, child.ID, func(tx *chatstate.Tx) error {
-		r, err := tx.SendMessage(ctx, chatstate.UserMessage(content), behavior)
+		r, err := tx.SendMessage(ctx, prompt, behavior)
 		queued = r.Queued
 		return err
 	})
-	var te *chatstate.TransitionError
 	if errors.As(err, &te) {
 		return toolError("the subagent cannot take a message now: %v", err)
 	}
