@@ -34,10 +34,7 @@ import (
 // it disturbs no other test.
 func TestFaultsUnderLoad(t *testing.T) {
 	t.Parallel()
-	const (
-		chats = 16
-		turns = 4
-	)
+	const chats = 16
 	dbURL := faultCluster(t)
 	nats := natstest.NewOutage(t)
 	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, DatabaseURL: dbURL.url, NATSURL: nats.URL(),
@@ -59,10 +56,13 @@ func TestFaultsUnderLoad(t *testing.T) {
 		ids[i] = chat.ID
 	}
 
-	// Each chat sends its turns one after another: a message (with a
-	// request_id, so a retry after an ambiguous failure is a replay), then
-	// waits until the chat is waiting with the answer committed.
+	// Each chat sends its turns one after another, until the faults are
+	// over: a message (with a request_id, so a retry after an ambiguous
+	// failure is a replay), then waits until the chat is waiting with the
+	// answer committed.
 	var done atomic.Int64 // turns finished, over all chats
+	var stop atomic.Bool  // no new turns
+	turns := make([]int, chats)
 	var outage struct {
 		sync.Mutex
 		sentDuring []time.Duration // send → finish, for turns sent while NATS was down
@@ -74,7 +74,7 @@ func TestFaultsUnderLoad(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for turn := 1; turn <= turns; turn++ {
+			for turn := 1; !stop.Load(); turn++ {
 				outage.Lock()
 				duringOutage := outage.down
 				outage.Unlock()
@@ -93,6 +93,7 @@ func TestFaultsUnderLoad(t *testing.T) {
 					outage.sentDuring = append(outage.sentDuring, time.Since(sent))
 					outage.Unlock()
 				}
+				turns[i] = turn // read after wg.Wait
 				done.Add(1)
 			}
 		}()
@@ -145,6 +146,8 @@ func TestFaultsUnderLoad(t *testing.T) {
 
 	phase("worker 0 killed")
 	s.Workers[0].Kill(t)
+	waitProgress(done.Load()+chats, "after a worker was killed")
+	stop.Store(true)
 	wg.Wait()
 	phase("every turn finished")
 	close(errs)
@@ -176,8 +179,8 @@ func TestFaultsUnderLoad(t *testing.T) {
 			} `json:"messages"`
 		}
 		c.do(ctx, t, "GET", "/api/v2/chats/"+id+"/messages", "", &list)
-		require.Len(t, list.Messages, 2*turns, "chat %d: a user message and an answer per turn", i)
-		for turn := 1; turn <= turns; turn++ {
+		require.Len(t, list.Messages, 2*turns[i], "chat %d: a user message and an answer per turn", i)
+		for turn := 1; turn <= turns[i]; turn++ {
 			user, answer := list.Messages[2*turn-2], list.Messages[2*turn-1]
 			marker := fmt.Sprintf("m%d-%d", i, turn)
 			require.Equal(t, "user", user.Role)
