@@ -15,11 +15,7 @@ import (
 // stopped and started again in the same directory keeps its data, and a
 // server left running (a process that died) is taken over.
 func TestKeptClusterSurvivesARestart(t *testing.T) {
-	if _, err := os.Stat(pgcluster.Bin("initdb")); err != nil {
-		t.Fatalf("the PostgreSQL server binaries are needed (apt-get install postgresql): %v", err)
-	}
-	dir, err := os.MkdirTemp("/tmp", "chatd-pgc-")
-	require.NoError(t, err)
+	dir := clusterDir(t)
 	ctx := context.Background()
 
 	c, err := pgcluster.Start(dir, pgcluster.Options{})
@@ -56,11 +52,7 @@ func TestKeptClusterSurvivesARestart(t *testing.T) {
 // on the same URL, so clients configured with it reconnect (the fault tests
 // restart Postgres under load this way).
 func TestStopAndStartKeepTheAddress(t *testing.T) {
-	if _, err := os.Stat(pgcluster.Bin("initdb")); err != nil {
-		t.Fatalf("the PostgreSQL server binaries are needed (apt-get install postgresql): %v", err)
-	}
-	dir, err := os.MkdirTemp("/tmp", "chatd-pgc-")
-	require.NoError(t, err)
+	dir := clusterDir(t)
 	ctx := context.Background()
 	c, err := pgcluster.Start(dir, pgcluster.Options{})
 	require.NoError(t, err)
@@ -76,4 +68,16 @@ func TestStopAndStartKeepTheAddress(t *testing.T) {
 	var one int
 	require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
 	require.Equal(t, 1, one)
+}
+
+// clusterDir is a new directory for a cluster, short enough for its
+// socket and reachable by the postgres user.
+func clusterDir(t *testing.T) string {
+	t.Helper()
+	if _, err := os.Stat(pgcluster.Bin("initdb")); err != nil {
+		t.Fatalf("the PostgreSQL server binaries are needed (apt-get install postgresql): %v", err)
+	}
+	dir, err := os.MkdirTemp("/tmp", "chatd-pgc-")
+	require.NoError(t, err)
+	return dir
 }

@@ -166,8 +166,8 @@ func (e *env) do(id uuid.UUID, fn func(*chatstate.Tx) error) {
 // start runs a runner for (chat, runnerID) until the test ends.
 func (e *env) start(chat, runnerID uuid.UUID, cfg runner.Config) runner.Runner {
 	e.t.Helper()
-	r := runner.New(runner.Deps{
-		Pool: e.pool, Machine: e.machine, NATS: e.nc, Parts: e.parts, Clock: e.clock, Config: cfg,
+	return e.runWith(runner.Deps{
+		Config: cfg,
 		RequestCleanup: func(chatID, rid uuid.UUID) {
 			if chatID != chat {
 				e.t.Errorf("cleanup requested for chat %s, want %s", chatID, chat)
@@ -178,19 +178,6 @@ func (e *env) start(chat, runnerID uuid.UUID, cfg runner.Config) runner.Runner {
 			}
 		},
 	}, runner.Spec{ChatID: chat, WorkerID: e.worker, RunnerID: runnerID})
-	ctx, cancel := context.WithCancel(e.ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	e.t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			require.NoError(e.t, err)
-		case <-time.After(waitFor):
-			e.t.Error("runner did not stop")
-		}
-	})
-	return r
 }
 
 func (e *env) chat(id uuid.UUID) queries.Chat {
