@@ -140,8 +140,11 @@ func (h *FilesHandler) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	// A file is its uploader's in the organization it was uploaded in
+	// (auth.Claims.Owns): the same user's token for another organization
+	// sees no such file.
 	meta, err := h.Q.ChatFileGet(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && meta.OwnerID != c.UserID {
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && !c.Owns(meta.OwnerID, meta.OrganizationID) {
 		notFound()
 		return
 	}
@@ -149,7 +152,7 @@ func (h *FilesHandler) download(w http.ResponseWriter, r *http.Request) {
 		h.internal(w, "read a file", err)
 		return
 	}
-	data, err := h.Q.ChatFileDataForOwner(ctx, queries.ChatFileDataForOwnerParams{ID: id, OwnerID: c.UserID})
+	data, err := h.Q.ChatFileDataForOwner(ctx, queries.ChatFileDataForOwnerParams{ID: id, OwnerID: c.UserID, OrganizationID: c.OrganizationID})
 	if errors.Is(err, pgx.ErrNoRows) {
 		notFound() // evicted between the two reads
 		return
