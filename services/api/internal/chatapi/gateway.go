@@ -33,7 +33,7 @@ const APIPrefix = "/api/v2/"
 func NewGateway(ctx context.Context, conn *grpc.ClientConn, maxBody int64) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, singleValueJSON{&runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
+			MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
 			// Far below the gRPC decoder's limit, so a deeply nested body
 			// is a 400 here rather than a 500 there.
 			UnmarshalOptions: protojson.UnmarshalOptions{RecursionLimit: maxBodyDepth},

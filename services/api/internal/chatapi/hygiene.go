@@ -169,4 +169,3 @@ func (j singleValueJSON) NewDecoder(r io.Reader) runtime.Decoder {
 }
 
 var errTrailingData = errors.New("The request body must be a single JSON value; there is more after it.")
-
