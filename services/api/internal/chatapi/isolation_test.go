@@ -10,6 +10,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/services/api/internal/chatapi"
 )
 
 // tenant is a caller signed for any (user, organization) pair.
@@ -50,6 +53,7 @@ func TestFileIsolation(t *testing.T) {
 		require.Less(t, r.code, 500, "%s: %s", what, r.raw)
 		require.NotContains(t, string(r.raw), secret, what)
 		require.NotContains(t, string(r.raw), "secret.txt", what)
+		require.Equal(t, chatapi.ReasonAttachmentUnavailable, r.str("reason"), "%s: %s", what, r.raw)
 	}
 	for label, u := range a.strangers(owner) {
 		t.Run(label, func(t *testing.T) {
@@ -63,6 +67,14 @@ func TestFileIsolation(t *testing.T) {
 			own := a.call("POST", "/api/v2/chats", u.token, map[string]any{"content": textContent("mine")})
 			require.Equal(t, http.StatusCreated, own.code, "%s", own.raw)
 			chat := "/api/v2/chats/" + own.str("id")
+			// The turn ends, so that the edit below reaches the file check.
+			a.worker(uuid.MustParse(own.str("id")), func(ctx context.Context, tx *chatstate.Tx) error {
+				if _, err := tx.CommitStep(ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: chatmsg.Content{chatmsg.Text("hi")}}}}); err != nil {
+					return err
+				}
+				_, err := tx.FinishTurn(ctx)
+				return err
+			})
 			refused(t, "send with the file", a.call("POST", chat+"/messages", u.token,
 				map[string]any{"content": fileContent("read this", file), "busy_behavior": "queue"}))
 			msgs := a.call("GET", chat+"/messages", u.token, nil)
