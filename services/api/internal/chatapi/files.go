@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -88,9 +89,9 @@ func (h *FilesHandler) upload(w http.ResponseWriter, r *http.Request) {
 			name = params["filename"]
 		}
 	}
-	if name == "" || len(name) > 255 || strings.ContainsAny(name, "/\\\x00") {
+	if name == "" || len(name) > 255 || strings.ContainsAny(name, "/\\\x00") || !utf8.ValidString(name) {
 		writeJSONError(w, http.StatusBadRequest, codes.InvalidArgument, "",
-			"give the file a name with ?name= (1 to 255 characters, no slashes)")
+			"give the file a name with ?name= (1 to 255 characters of UTF-8, no slashes or NUL bytes)")
 		return
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.MaxBytes))

@@ -85,6 +85,13 @@ func TestHostileInput(t *testing.T) {
 		}
 		require.NotEmpty(t, r.str("reason"), c.name)
 	}
+	for _, name := range []string{"a%FF.txt", "a%00.txt"} {
+		r := a.upload(a.user, name, "text/plain", "x")
+		require.Equal(t, 400, r.code, "upload named %s: %s", name, r.raw)
+		require.Contains(t, r.str("message"), "give the file a name")
+	}
+	tables = append(tables, "chat_files")
+	before["chat_files"] = 0
 	for _, tb := range tables {
 		require.Equal(t, before[tb], count(tb), "nothing stored in %s", tb)
 	}
