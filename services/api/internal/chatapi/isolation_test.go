@@ -169,3 +169,23 @@ func TestIdempotentCreateWithAttachment(t *testing.T) {
 	require.Equal(t, http.StatusOK, s2.code, "%s", s2.raw)
 	require.JSONEq(t, string(s1.raw), string(s2.raw))
 }
+
+// TestIdempotentCreateAfterModelDeleted: the replay answers with the
+// original chat although the model it named is gone since.
+func TestIdempotentCreateAfterModelDeleted(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t)
+	admin, err := a.signer.Sign(auth.Claims{UserID: a.user.id, OrganizationID: a.user.org, Admin: true}, time.Hour)
+	require.NoError(t, err)
+	r := a.call("GET", "/api/v2/organizations/"+a.user.org.String()+"/chats/models", a.user.token, nil)
+	require.Equal(t, http.StatusOK, r.code, "%s", r.raw)
+	model := r.body["model_configs"].([]any)[0].(map[string]any)["id"].(string)
+	body := map[string]any{"content": textContent("hi"), "model_config_id": model, "request_id": "create-then-delete"}
+	first := a.call("POST", "/api/v2/chats", a.user.token, body)
+	require.Equal(t, http.StatusCreated, first.code, "%s", first.raw)
+	r = a.call("DELETE", "/api/v2/organizations/"+a.user.org.String()+"/chats/model-configs/"+model, admin, nil)
+	require.Equal(t, http.StatusOK, r.code, "%s", r.raw)
+	again := a.call("POST", "/api/v2/chats", a.user.token, body)
+	require.Equal(t, http.StatusOK, again.code, "%s", again.raw)
+	require.Equal(t, first.str("id"), again.str("id"))
+}
