@@ -54,7 +54,8 @@ func FileIDs(content chatmsg.Content) ([]uuid.UUID, error) {
 }
 
 // Link records that chat holds the files content references, in the
-// caller's transaction q. Each file must exist, belong to chat's owner and
+// caller's transaction q. Each file must exist, belong to chat's owner in
+// chat's organization (an upload is its uploader's in one organization) and
 // be unlinked or already linked to chat. When the chat would hold more
 // than maxPerChat files, its earliest-uploaded files not referenced by
 // content are evicted. It returns content with each file part's name and
@@ -83,7 +84,7 @@ func Link(ctx context.Context, q *queries.Queries, chat queries.Chat, content ch
 	for _, id := range ids {
 		r, ok := byID[id]
 		switch {
-		case !ok || r.OwnerID != chat.OwnerID:
+		case !ok || r.OwnerID != chat.OwnerID || r.OrganizationID != chat.OrganizationID:
 			return nil, nil, fmt.Errorf("%w: file %s does not exist (an evicted attachment expires; remove it from the message)", ErrUnavailable, id)
 		case r.ChatID == nil:
 			unlinked = append(unlinked, id)
@@ -128,11 +129,12 @@ func Link(ctx context.Context, q *queries.Queries, chat queries.Chat, content ch
 }
 
 // Describe fills each file part of content with its upload's name and
-// media type, refusing files that do not exist or are not ownerID's. It
+// media type, refusing files that do not exist or are not ownerID's in
+// organizationID (the rule Link applies to the chat's owner). It
 // reads without locking: Link, in the transition's transaction, checks
 // again and links. Chat creation needs it because the new chat's messages
 // are written before its links.
-func Describe(ctx context.Context, q *queries.Queries, ownerID uuid.UUID, content chatmsg.Content) (chatmsg.Content, error) {
+func Describe(ctx context.Context, q *queries.Queries, ownerID, organizationID uuid.UUID, content chatmsg.Content) (chatmsg.Content, error) {
 	out := slices.Clone(content)
 	for i, p := range out {
 		if p.Type != chatmsg.PartFile {
@@ -143,7 +145,7 @@ func Describe(ctx context.Context, q *queries.Queries, ownerID uuid.UUID, conten
 			return nil, fmt.Errorf("%w: file %q does not exist", ErrUnavailable, p.FileID)
 		}
 		f, err := q.ChatFileGet(ctx, id)
-		if err != nil || f.OwnerID != ownerID {
+		if err != nil || f.OwnerID != ownerID || f.OrganizationID != organizationID {
 			return nil, fmt.Errorf("%w: file %s does not exist (an evicted attachment expires; remove it from the message)", ErrUnavailable, id)
 		}
 		if f.ChatID != nil {

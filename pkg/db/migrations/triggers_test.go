@@ -52,8 +52,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvOn(t, dbtest.NewPool(t))
+}
+
+func newEnvOn(t *testing.T, pool *pgxpool.Pool) *env {
+	t.Helper()
 	ctx := context.Background()
-	e := &env{pool: dbtest.NewPool(t), org: uuid.New(), user: uuid.New(), modelConfig: uuid.New()}
+	e := &env{pool: pool, org: uuid.New(), user: uuid.New(), modelConfig: uuid.New()}
 	provider := uuid.New()
 	for _, q := range []struct {
 		sql  string

@@ -12,7 +12,7 @@ FROM chat_files WHERE id = @id;
 SELECT data FROM chat_files WHERE id = @id AND chat_id = @chat_id;
 
 -- name: ChatFileDataForOwner :one
-SELECT data FROM chat_files WHERE id = @id AND owner_id = @owner_id;
+SELECT data FROM chat_files WHERE id = @id AND owner_id = @owner_id AND organization_id = @organization_id;
 
 -- name: ChatFilesLockForLink :many
 -- The files a message references, locked so that two transitions cannot

@@ -29,16 +29,17 @@ func (q *Queries) ChatFileData(ctx context.Context, arg ChatFileDataParams) ([]b
 }
 
 const chatFileDataForOwner = `-- name: ChatFileDataForOwner :one
-SELECT data FROM chat_files WHERE id = $1 AND owner_id = $2
+SELECT data FROM chat_files WHERE id = $1 AND owner_id = $2 AND organization_id = $3
 `
 
 type ChatFileDataForOwnerParams struct {
-	ID      uuid.UUID
-	OwnerID uuid.UUID
+	ID             uuid.UUID
+	OwnerID        uuid.UUID
+	OrganizationID uuid.UUID
 }
 
 func (q *Queries) ChatFileDataForOwner(ctx context.Context, arg ChatFileDataForOwnerParams) ([]byte, error) {
-	row := q.db.QueryRow(ctx, chatFileDataForOwner, arg.ID, arg.OwnerID)
+	row := q.db.QueryRow(ctx, chatFileDataForOwner, arg.ID, arg.OwnerID, arg.OrganizationID)
 	var data []byte
 	err := row.Scan(&data)
 	return data, err

@@ -12,17 +12,24 @@ import (
 )
 
 const chatRequestGet = `-- name: ChatRequestGet :one
-SELECT owner_id, kind, request_id, chat_id, input_hash, response, created_at FROM chat_requests WHERE owner_id = $1 AND kind = $2 AND request_id = $3
+SELECT owner_id, kind, request_id, chat_id, input_hash, response, created_at, organization_id FROM chat_requests
+WHERE organization_id = $1 AND owner_id = $2 AND kind = $3 AND request_id = $4
 `
 
 type ChatRequestGetParams struct {
-	OwnerID   uuid.UUID
-	Kind      string
-	RequestID string
+	OrganizationID uuid.UUID
+	OwnerID        uuid.UUID
+	Kind           string
+	RequestID      string
 }
 
 func (q *Queries) ChatRequestGet(ctx context.Context, arg ChatRequestGetParams) (ChatRequest, error) {
-	row := q.db.QueryRow(ctx, chatRequestGet, arg.OwnerID, arg.Kind, arg.RequestID)
+	row := q.db.QueryRow(ctx, chatRequestGet,
+		arg.OrganizationID,
+		arg.OwnerID,
+		arg.Kind,
+		arg.RequestID,
+	)
 	var i ChatRequest
 	err := row.Scan(
 		&i.OwnerID,
@@ -32,26 +39,29 @@ func (q *Queries) ChatRequestGet(ctx context.Context, arg ChatRequestGetParams) 
 		&i.InputHash,
 		&i.Response,
 		&i.CreatedAt,
+		&i.OrganizationID,
 	)
 	return i, err
 }
 
 const chatRequestInsert = `-- name: ChatRequestInsert :exec
-INSERT INTO chat_requests (owner_id, kind, request_id, chat_id, input_hash, response)
-VALUES ($1, $2, $3, $4, $5, $6)
+INSERT INTO chat_requests (organization_id, owner_id, kind, request_id, chat_id, input_hash, response)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 `
 
 type ChatRequestInsertParams struct {
-	OwnerID   uuid.UUID
-	Kind      string
-	RequestID string
-	ChatID    uuid.UUID
-	InputHash []byte
-	Response  []byte
+	OrganizationID uuid.UUID
+	OwnerID        uuid.UUID
+	Kind           string
+	RequestID      string
+	ChatID         uuid.UUID
+	InputHash      []byte
+	Response       []byte
 }
 
 func (q *Queries) ChatRequestInsert(ctx context.Context, arg ChatRequestInsertParams) error {
 	_, err := q.db.Exec(ctx, chatRequestInsert,
+		arg.OrganizationID,
 		arg.OwnerID,
 		arg.Kind,
 		arg.RequestID,

@@ -413,13 +413,14 @@ type ChatQueuedMessage struct {
 }
 
 type ChatRequest struct {
-	OwnerID   uuid.UUID
-	Kind      string
-	RequestID string
-	ChatID    uuid.UUID
-	InputHash []byte
-	Response  []byte
-	CreatedAt time.Time
+	OwnerID        uuid.UUID
+	Kind           string
+	RequestID      string
+	ChatID         uuid.UUID
+	InputHash      []byte
+	Response       []byte
+	CreatedAt      time.Time
+	OrganizationID uuid.UUID
 }
 
 type ChatUserCompactionThreshold struct {

@@ -99,8 +99,8 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
 		ServerOptions: []grpc.ServerOption{
-			grpc.ChainUnaryInterceptor(verifier.UnaryServerInterceptor()),
-			grpc.ChainStreamInterceptor(verifier.StreamServerInterceptor()),
+			grpc.ChainUnaryInterceptor(verifier.UnaryServerInterceptor(), ValidateTextUnary()),
+			grpc.ChainStreamInterceptor(verifier.StreamServerInterceptor(), ValidateTextStream()),
 		},
 		Register: func(s *grpc.Server, mux *http.ServeMux) error {
 			if mux != nil {

@@ -35,11 +35,21 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 	if err != nil {
 		return nil, err
 	}
-	content, err := s.userContent(req.GetContent(), true)
+	requestID, err := validRequestID(req.RequestId)
 	if err != nil {
 		return nil, err
 	}
-	requestID, err := validRequestID(req.RequestId)
+	// A replay is looked up before anything the first request changed is
+	// read: its attachments are linked now, and its model or project may be
+	// gone, yet the replay answers as the first request did.
+	var hash []byte
+	if requestID != "" {
+		hash = requestHash(c, req, func(m proto.Message) { m.(*chatdv1.CreateChatRequest).RequestId = nil })
+		if err := priorRequest(ctx, s.q, c, kindCreateChat, requestID, hash); err != nil {
+			return s.createReplay(ctx, err)
+		}
+	}
+	content, err := s.userContent(req.GetContent(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +82,7 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 	if project != nil {
 		p.ProjectID = &project.ID
 	}
-	if content, err = chatfiles.Describe(ctx, s.q, c.UserID, content); err != nil {
+	if content, err = chatfiles.Describe(ctx, s.q, c.UserID, c.OrganizationID, content); err != nil {
 		return nil, s.fail(ctx, err)
 	}
 	if p.SystemPrompt != "" {
@@ -84,13 +94,6 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 		})
 	}
 
-	var hash []byte
-	if requestID != "" {
-		hash = requestHash(req, func(m proto.Message) { m.(*chatdv1.CreateChatRequest).RequestId = nil })
-		if err := priorRequest(ctx, s.q, c.UserID, kindCreateChat, requestID, hash); err != nil {
-			return s.createReplay(ctx, err)
-		}
-	}
 	if len(content) > 0 && s.hooks.Active() {
 		// session_start and user_prompt_submit: a deny or a failed dispatch
 		// creates no chat (hooks.go).
@@ -123,12 +126,12 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 		if requestID == "" {
 			return nil
 		}
-		return recordRequest(ctx, tx.Queries(), c.UserID, kindCreateChat, requestID, p.ID, hash, resp)
+		return recordRequest(ctx, tx.Queries(), c, kindCreateChat, requestID, p.ID, hash, resp)
 	}
 	if _, err := s.machine.Create(ctx, p); err != nil {
 		if requestID != "" && isDuplicateRequest(err) {
 			// A concurrent duplicate committed first: answer as it did.
-			return s.createReplay(ctx, priorRequest(ctx, s.q, c.UserID, kindCreateChat, requestID, hash))
+			return s.createReplay(ctx, priorRequest(ctx, s.q, c, kindCreateChat, requestID, hash))
 		}
 		return nil, s.fail(ctx, err)
 	}

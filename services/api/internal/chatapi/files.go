@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -88,9 +89,9 @@ func (h *FilesHandler) upload(w http.ResponseWriter, r *http.Request) {
 			name = params["filename"]
 		}
 	}
-	if name == "" || len(name) > 255 || strings.ContainsAny(name, "/\\\x00") {
+	if name == "" || len(name) > 255 || strings.ContainsAny(name, "/\\\x00") || !utf8.ValidString(name) {
 		writeJSONError(w, http.StatusBadRequest, codes.InvalidArgument, "",
-			"give the file a name with ?name= (1 to 255 characters, no slashes)")
+			"give the file a name with ?name= (1 to 255 characters of UTF-8, no slashes or NUL bytes)")
 		return
 	}
 	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.MaxBytes))
@@ -140,8 +141,11 @@ func (h *FilesHandler) download(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	// A file is its uploader's in the organization it was uploaded in
+	// (auth.Claims.Owns): the same user's token for another organization
+	// sees no such file.
 	meta, err := h.Q.ChatFileGet(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && meta.OwnerID != c.UserID {
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && !c.Owns(meta.OwnerID, meta.OrganizationID) {
 		notFound()
 		return
 	}
@@ -149,7 +153,7 @@ func (h *FilesHandler) download(w http.ResponseWriter, r *http.Request) {
 		h.internal(w, "read a file", err)
 		return
 	}
-	data, err := h.Q.ChatFileDataForOwner(ctx, queries.ChatFileDataForOwnerParams{ID: id, OwnerID: c.UserID})
+	data, err := h.Q.ChatFileDataForOwner(ctx, queries.ChatFileDataForOwnerParams{ID: id, OwnerID: c.UserID, OrganizationID: c.OrganizationID})
 	if errors.Is(err, pgx.ErrNoRows) {
 		notFound() // evicted between the two reads
 		return

@@ -32,10 +32,12 @@ const APIPrefix = "/api/v2/"
 // bodies (413 beyond it).
 func NewGateway(ctx context.Context, conn *grpc.ClientConn, maxBody int64) (http.Handler, error) {
 	gw := runtime.NewServeMux(
-		runtime.WithMarshalerOption(runtime.MIMEWildcard, &runtime.JSONPb{
-			MarshalOptions:   protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
-			UnmarshalOptions: protojson.UnmarshalOptions{},
-		}),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, singleValueJSON{&runtime.JSONPb{
+			MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
+			// Far below the gRPC decoder's limit, so a deeply nested body
+			// is a 400 here rather than a 500 there.
+			UnmarshalOptions: protojson.UnmarshalOptions{RecursionLimit: maxBodyDepth},
+		}}),
 		runtime.WithErrorHandler(writeError),
 		runtime.WithRoutingErrorHandler(routingError),
 		runtime.WithForwardResponseOption(setHTTPCode),
@@ -194,6 +196,9 @@ func decodeMessage(msg string) string {
 	case msg == "unexpected EOF" || msg == "EOF":
 		return "The request body is not valid JSON: it ended early."
 	case !strings.HasPrefix(msg, "proto:"):
+		if m, ok := paramMessage(msg); ok {
+			return m
+		}
 		return msg
 	}
 	if m := unknownFieldRe.FindStringSubmatch(msg); m != nil {
@@ -202,6 +207,12 @@ func decodeMessage(msg string) string {
 	where := ""
 	if m := linePosRe.FindStringSubmatch(msg); m != nil {
 		where = fmt.Sprintf(" at line %s, column %s", m[1], m[2])
+	}
+	switch {
+	case strings.Contains(msg, "invalid UTF-8"):
+		return "The request body is not valid UTF-8" + where + ": text must be UTF-8."
+	case strings.Contains(msg, "recursion depth"):
+		return fmt.Sprintf("The request body nests too deeply: at most %d levels of objects and lists.", maxBodyDepth/2)
 	}
 	return "The request body does not match this endpoint" + where + ": a value has the wrong type or the JSON is malformed (see /api/v2/openapi.json)."
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/queries"
 )
 
@@ -48,24 +49,31 @@ func validRequestID(id *string) (string, error) {
 	return *id, nil
 }
 
-// requestHash fingerprints a request's input: the request with its
-// request_id cleared, marshalled deterministically.
-func requestHash(req proto.Message, clearID func(proto.Message)) []byte {
-	c := proto.Clone(req)
-	clearID(c)
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+// requestHash fingerprints a request's input: the caller's organization
+// and the request with its request_id cleared, marshalled
+// deterministically. The organization is part of the input because the
+// same request means a different chat in another organization.
+func requestHash(c auth.Claims, req proto.Message, clearID func(proto.Message)) []byte {
+	m := proto.Clone(req)
+	clearID(m)
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		panic(fmt.Sprintf("marshal request for hashing: %v", err))
 	}
-	sum := sha256.Sum256(b)
-	return sum[:]
+	h := sha256.New()
+	h.Write(c.OrganizationID[:])
+	h.Write(b)
+	return h.Sum(nil)
 }
 
 // priorRequest looks the request up: nil when new, a *replayError with the
 // stored response when it is a replay, a conflict status when the ID was
 // used for different input.
-func priorRequest(ctx context.Context, q *queries.Queries, owner uuid.UUID, kind, id string, hash []byte) error {
-	row, err := q.ChatRequestGet(ctx, queries.ChatRequestGetParams{OwnerID: owner, Kind: kind, RequestID: id})
+// Request IDs are the caller's within the token's organization.
+func priorRequest(ctx context.Context, q *queries.Queries, c auth.Claims, kind, id string, hash []byte) error {
+	row, err := q.ChatRequestGet(ctx, queries.ChatRequestGetParams{
+		OrganizationID: c.OrganizationID, OwnerID: c.UserID, Kind: kind, RequestID: id,
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -79,13 +87,14 @@ func priorRequest(ctx context.Context, q *queries.Queries, owner uuid.UUID, kind
 	return &replayError{response: row.Response}
 }
 
-func recordRequest(ctx context.Context, q *queries.Queries, owner uuid.UUID, kind, id string, chatID uuid.UUID, hash []byte, resp proto.Message) error {
+func recordRequest(ctx context.Context, q *queries.Queries, c auth.Claims, kind, id string, chatID uuid.UUID, hash []byte, resp proto.Message) error {
 	b, err := proto.Marshal(resp)
 	if err != nil {
 		return fmt.Errorf("marshal response for request_id %q: %w", id, err)
 	}
 	return q.ChatRequestInsert(ctx, queries.ChatRequestInsertParams{
-		OwnerID: owner, Kind: kind, RequestID: id, ChatID: chatID, InputHash: hash, Response: b,
+		OrganizationID: c.OrganizationID, OwnerID: c.UserID, Kind: kind, RequestID: id,
+		ChatID: chatID, InputHash: hash, Response: b,
 	})
 }
 

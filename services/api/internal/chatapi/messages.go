@@ -66,6 +66,30 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 	if err != nil {
 		return nil, err
 	}
+	requestID, err := validRequestID(req.RequestId)
+	if err != nil {
+		return nil, err
+	}
+	// A replay is looked up first, before anything the first request
+	// changed is read (its attachments are linked, the chat may be busy with
+	// its turn, its model may be gone), and without a user_prompt_submit
+	// dispatch: a replayed request_id is no new admission (hooks.go). The
+	// bundle below looks again, under the chat's lock, for a concurrent
+	// duplicate.
+	var hash []byte
+	if requestID != "" {
+		hash = requestHash(c, req, func(m proto.Message) { m.(*chatdv1.SendMessageRequest).RequestId = nil })
+		if err := priorRequest(ctx, s.q, c, kindSendMessage, requestID, hash); err != nil {
+			var stored chatdv1.SendMessageResponse
+			if ok, derr := replay(err, &stored); ok {
+				if derr != nil {
+					return nil, s.fail(ctx, derr)
+				}
+				return &stored, nil
+			}
+			return nil, s.fail(ctx, err)
+		}
+	}
 	behavior, err := busyBehavior(req.GetBusyBehavior())
 	if err != nil {
 		return nil, err
@@ -78,32 +102,9 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 	if err != nil {
 		return nil, err
 	}
-	requestID, err := validRequestID(req.RequestId)
-	if err != nil {
-		return nil, err
-	}
 	modelID, err := s.requestedModel(ctx, c, req.ModelConfigId)
 	if err != nil {
 		return nil, err
-	}
-	var hash []byte
-	if requestID != "" {
-		hash = requestHash(req, func(m proto.Message) { m.(*chatdv1.SendMessageRequest).RequestId = nil })
-	}
-	// user_prompt_submit, before anything is persisted (hooks.go). A
-	// replayed request_id is no new admission: it is answered from its
-	// record without a dispatch.
-	if requestID != "" && s.hooks.Active() {
-		if err := priorRequest(ctx, s.q, c.UserID, kindSendMessage, requestID, hash); err != nil {
-			var stored chatdv1.SendMessageResponse
-			if ok, derr := replay(err, &stored); ok {
-				if derr != nil {
-					return nil, s.fail(ctx, derr)
-				}
-				return &stored, nil
-			}
-			return nil, s.fail(ctx, err)
-		}
 	}
 	admit := func(tx *chatstate.Tx) error {
 		if err := tx.CheckSend(chatstate.BusyBehavior(behavior)); err != nil {
@@ -123,7 +124,7 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 	var title *titleJob // the first prompt of a chat created empty (titles.go)
 	_, err = s.update(ctx, c, req.GetChatId(), func(tx *chatstate.Tx) error {
 		if requestID != "" {
-			if err := priorRequest(ctx, tx.Queries(), c.UserID, kindSendMessage, requestID, hash); err != nil {
+			if err := priorRequest(ctx, tx.Queries(), c, kindSendMessage, requestID, hash); err != nil {
 				return err
 			}
 		}
@@ -148,7 +149,7 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 		if requestID == "" {
 			return nil
 		}
-		return recordRequest(ctx, tx.Queries(), c.UserID, kindSendMessage, requestID, tx.Chat().ID, hash, resp)
+		return recordRequest(ctx, tx.Queries(), c, kindSendMessage, requestID, tx.Chat().ID, hash, resp)
 	})
 	var stored chatdv1.SendMessageResponse
 	if ok, derr := replay(err, &stored); ok {
