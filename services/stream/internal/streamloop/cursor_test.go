@@ -29,8 +29,8 @@ func TestCursorRoundTripAndRejects(t *testing.T) {
 	for _, bad := range []string{
 		"garbage!", "", enc("c1.1.2"), enc("c2.1.1.1.1.running.0.0.0.0.0.0"),
 		enc("c3.-1.1.1.1.running.0.0.0.0.0.0.0.0.ab"), enc("c3.1.1.1.1.bogus.0.0.0.0.0.0.0.0.ab"),
-		enc("c3.1.5.1.1.running.0.0.0.3.0.0.0.0.ab"), // pending behind history
-		enc("c3.1.1.1.1.running.0.0.0.0.7.0.0.0.ab"), // message id without a pending step
+		enc("c3.1.5.1.1.running.0.0.0.3.0.0.0.0.ab"),  // pending behind history
+		enc("c3.1.1.1.1.running.0.0.0.0.7.0.0.0.ab"),  // message id without a pending step
 		enc("c3.1.1.1.1.running.0.0.0.0.0.0.0.0.xyz"), // tag not hex
 		enc("c3.1.1.1.1.running.0.0.0.0.0.0.0.0"),     // no tag
 	} {
