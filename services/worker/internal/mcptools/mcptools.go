@@ -74,7 +74,8 @@ const (
 type Options struct {
 	Log *slog.Logger
 	// HTTPClient is the base client (its Transport is wrapped to add each
-	// server's headers); http.DefaultClient's transport when nil.
+	// server's headers); when nil, http.DefaultTransport with the outbound
+	// policy's dial-time check (policyTransport in outbound.go).
 	HTTPClient *http.Client
 	// ConnectTimeout bounds connecting and listing tools.
 	ConnectTimeout time.Duration
@@ -129,7 +130,7 @@ func New(pool *pgxpool.Pool, opts Options) *Provider {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	base := http.DefaultTransport
+	var base http.RoundTripper = policyTransport
 	if opts.HTTPClient != nil && opts.HTTPClient.Transport != nil {
 		base = opts.HTTPClient.Transport
 	}
