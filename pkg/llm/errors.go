@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"syscall"
 )
 
@@ -36,7 +37,15 @@ type Error struct {
 	// StatusCode is the provider's HTTP status when it answered with one;
 	// 0 otherwise.
 	StatusCode int
-	Err        error
+	// Provider names the configured provider the call went to (Info.Provider);
+	// empty when unknown.
+	Provider string
+	// Upstream is true when Err carries text the provider or its transport
+	// produced (an error body, an SDK message). That text may echo the
+	// request's credentials or the provider's internals, so it is for the
+	// operator's log only: Public leaves it out.
+	Upstream bool
+	Err      error
 }
 
 func (e *Error) Error() string {
@@ -44,6 +53,39 @@ func (e *Error) Error() string {
 		return fmt.Sprintf("model call failed (%s, HTTP %d): %v", e.Kind, e.StatusCode, e.Err)
 	}
 	return fmt.Sprintf("model call failed (%s): %v", e.Kind, e.Err)
+}
+
+// Public is the error as a chat user may see it (a chat's last_error, its
+// retry state): for an Upstream error only the kind, the HTTP status and
+// the provider's name; chatd's own messages in full.
+func (e *Error) Public() string {
+	if !e.Upstream {
+		return e.Error()
+	}
+	var b strings.Builder
+	b.WriteString("model call failed (")
+	b.WriteString(e.Kind.String())
+	if e.StatusCode != 0 {
+		fmt.Fprintf(&b, ", HTTP %d", e.StatusCode)
+	}
+	b.WriteString(")")
+	if e.Provider != "" {
+		fmt.Fprintf(&b, ": provider %q returned an error", e.Provider)
+	} else {
+		b.WriteString(": the provider returned an error")
+	}
+	b.WriteString("; the details are in the worker log")
+	return b.String()
+}
+
+// PublicMessage is err as a chat user may see it: (*Error).Public for a
+// model call failure anywhere in its chain, err's text otherwise.
+func PublicMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Public()
+	}
+	return err.Error()
 }
 
 // Unwrap returns the underlying error.

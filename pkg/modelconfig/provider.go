@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/outbound"
 )
 
 // ProviderType is a provider's wire protocol family.
@@ -199,6 +200,11 @@ func validateBaseURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return invalid("base_url %q must be an absolute http or https URL", raw)
+	}
+	// The worker dials it: the outbound policy (no credentials in the URL,
+	// no link-local or metadata address) applies now and again at dial time.
+	if err := outbound.Default().CheckURL(raw); err != nil {
+		return invalid("base_url is refused: %s", strings.TrimPrefix(err.Error(), outbound.ErrRefused.Error()+": "))
 	}
 	return nil
 }

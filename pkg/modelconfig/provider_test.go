@@ -71,6 +71,9 @@ func TestProviderValidation(t *testing.T) {
 		{Type: modelconfig.ProviderOpenAICompat, BaseURL: "localhost:11434"},
 		{Type: modelconfig.ProviderOpenAICompat, BaseURL: "ftp://host/x"},
 		{Type: modelconfig.ProviderOpenAICompat, BaseURL: "http://"},
+		{Type: modelconfig.ProviderOpenAICompat, BaseURL: "http://169.254.169.254/v1"},
+		{Type: modelconfig.ProviderOpenAICompat, BaseURL: "http://2852039166/v1"},
+		{Type: modelconfig.ProviderOpenAICompat, BaseURL: "https://user:pass@api.example.com/v1"},
 	} {
 		_, err := f.store.CreateProvider(f.ctx, in)
 		require.ErrorIs(t, err, modelconfig.ErrInvalid, "%+v", in)
@@ -81,6 +84,12 @@ func TestProviderValidation(t *testing.T) {
 	p := f.provider(t, modelconfig.ProviderOpenAICompat, true)
 	_, err = f.store.UpdateProvider(f.ctx, p.ID, modelconfig.ProviderUpdate{BaseURL: ptr("not a url")})
 	require.ErrorIs(t, err, modelconfig.ErrInvalid)
+	_, err = f.store.UpdateProvider(f.ctx, p.ID, modelconfig.ProviderUpdate{BaseURL: ptr("http://[fe80::1]:8080/v1")})
+	require.ErrorIs(t, err, modelconfig.ErrInvalid)
+	require.Contains(t, err.Error(), "base_url is refused: fe80::1 is a link-local address")
+	// A local model server is a real deployment: loopback is allowed.
+	_, err = f.store.UpdateProvider(f.ctx, p.ID, modelconfig.ProviderUpdate{BaseURL: ptr("http://127.0.0.1:11434/v1")})
+	require.NoError(t, err)
 }
 
 func TestDescriptorAvailability(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/test/bufconn"
 
+	"github.com/chatd/chatd/pkg/cors"
 	"github.com/chatd/chatd/pkg/telemetry"
 )
 
@@ -76,6 +77,9 @@ type Options struct {
 	// MetricsListener, when set, is served instead of listening on
 	// MetricsAddr. Run closes it.
 	MetricsListener net.Listener
+	// CORS answers browsers' cross-origin requests on the HTTP listener;
+	// the zero Policy is off.
+	CORS cors.Policy
 }
 
 // MetricsPath is where MetricsHandler is mounted.
@@ -169,7 +173,7 @@ func Run(ctx context.Context, opts Options) error {
 	var hsrv *http.Server
 	if hlis != nil {
 		running++
-		hsrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		hsrv = &http.Server{Handler: opts.CORS.Wrap(mux), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			err := hsrv.Serve(hlis)
 			if errors.Is(err, http.ErrServerClosed) {

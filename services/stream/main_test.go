@@ -30,7 +30,13 @@ func TestBinary(t *testing.T) {
 		t.Parallel()
 		servicetest.CheckHelp(t, bin,
 			"CHATD_DATABASE_URL", "CHATD_NATS_URL", "CHATD_GRPC_ADDR", "CHATD_LOG_LEVEL", "CHATD_SHUTDOWN_TIMEOUT",
-			"CHATD_HTTP_ADDR", "CHATD_AUTH_SECRET", "CHATD_AUTH_JWKS_URL", "CHATD_RELAY_ADDR", "CHATD_STREAM_WRITE_TIMEOUT")
+			"CHATD_HTTP_ADDR", "CHATD_AUTH_SECRET", "CHATD_AUTH_JWKS_URL", "CHATD_RELAY_ADDR", "CHATD_STREAM_WRITE_TIMEOUT", "CHATD_CORS_ALLOWED_ORIGINS")
+	})
+
+	t.Run("rejects a bad CORS origin", func(t *testing.T) {
+		t.Parallel()
+		servicetest.CheckRejects(t, bin, []string{"CHATD_CORS_ALLOWED_ORIGINS=https://app.example/path"},
+			`CHATD_CORS_ALLOWED_ORIGINS: origin "https://app.example/path" is not scheme://host[:port]`)
 	})
 
 	t.Run("rejects a bad address", func(t *testing.T) {

@@ -77,6 +77,8 @@ type Model struct {
 	typ     modelconfig.ProviderType
 	api     API
 	options configOptions
+	// apiKey is scrubbed from the text of the model's failures.
+	apiKey string
 }
 
 var _ llm.Model = (*Model)(nil)
@@ -93,6 +95,7 @@ func Open(p modelconfig.Provider, cfg modelconfig.ModelConfig) (*Model, error) {
 	}
 	m := &Model{info: llm.InfoFor(p, cfg), typ: p.Type, options: opts}
 	key := p.APIKey.Reveal()
+	m.apiKey = key
 	// The OpenAI SDK reads OPENAI_API_KEY, OPENAI_ORG_ID, OPENAI_PROJECT_ID
 	// and OPENAI_ADMIN_KEY from the environment before our options; these
 	// options, applied last, take them back out.

@@ -30,12 +30,12 @@ func (m *Model) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Event
 		defer cancel()
 		call, err := m.call(callCtx, req)
 		if err != nil {
-			yield(llm.Event{}, classify(ctx, err))
+			yield(llm.Event{}, m.fail(ctx, err))
 			return
 		}
 		parts, err := m.lm.Stream(callCtx, call)
 		if err != nil {
-			yield(llm.Event{}, classify(ctx, err))
+			yield(llm.Event{}, m.fail(ctx, err))
 			return
 		}
 		var t partTracker
@@ -43,7 +43,7 @@ func (m *Model) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Event
 			ev, done, err := t.event(part)
 			switch {
 			case err != nil:
-				yield(llm.Event{}, classify(ctx, err))
+				yield(llm.Event{}, m.fail(ctx, err))
 				return
 			case done:
 				if ev.Usage != (llm.Usage{}) {
@@ -183,6 +183,18 @@ var transientCodes = map[string]bool{
 // event's message.
 var responsesCode = regexp.MustCompile(`\(code: ([A-Za-z0-9_.-]+)\)$`)
 
+// fail is classify's *llm.Error for a failed call of m: named after m's
+// provider, and with m's API key scrubbed from the text of an upstream
+// failure (a provider's 401 body may echo it).
+func (m *Model) fail(ctx context.Context, err error) *llm.Error {
+	e := *classify(ctx, err)
+	e.Provider = m.info.Provider
+	if e.Upstream {
+		e.Err = llm.Scrub(e.Err, m.apiKey)
+	}
+	return &e
+}
+
 // classify turns whatever fantasy or the SDKs returned into an *llm.Error.
 func classify(ctx context.Context, err error) *llm.Error {
 	if e := llm.ContextError(ctx); e != nil {
@@ -192,6 +204,13 @@ func classify(ctx context.Context, err error) *llm.Error {
 	if errors.As(err, &le) {
 		return le
 	}
+	e := classifyUpstream(err)
+	e.Upstream = true
+	return e
+}
+
+// classifyUpstream classifies an error fantasy or an SDK returned.
+func classifyUpstream(err error) *llm.Error {
 	var pe *fantasy.ProviderError
 	if errors.As(err, &pe) {
 		if pe.StatusCode >= 400 {

@@ -4,6 +4,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/chatd/chatd/pkg/outbound"
 )
 
 // Limits of every provider connection. None bounds a whole request: a
@@ -39,7 +41,9 @@ var providerTransport = newTransport(defaultLimits)
 // HTTP/2, idle-connection pooling) with limits l.
 func newTransport(l connLimits) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.DialContext = (&net.Dialer{Timeout: l.dial, KeepAlive: 30 * time.Second}).DialContext
+	// The outbound policy checks each resolved address: a base URL stored
+	// as a name may resolve to a metadata address by now (DNS rebinding).
+	t.DialContext = outbound.Default().Dialer(net.Dialer{Timeout: l.dial, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = l.tlsHandshake
 	t.ResponseHeaderTimeout = l.responseHeader
 	return t

@@ -8,6 +8,7 @@ import (
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/cors"
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/pkg/telemetry"
@@ -36,6 +37,8 @@ type Config struct {
 	RequiresActionTimeout time.Duration
 	// Hooks are the lifecycle hook settings (CHATD_HOOK_*).
 	Hooks hooks.Config
+	// CORS is CHATD_CORS_ALLOWED_ORIGINS.
+	CORS cors.Policy
 }
 
 // Declare adds the api's settings to v.
@@ -58,6 +61,7 @@ func (c *Config) Declare(v *service.Vars) {
 		"Largest upload accepted by POST /api/v2/files, in bytes (413 beyond it).")
 	v.Duration(&c.RequiresActionTimeout, "CHATD_REQUIRES_ACTION_TIMEOUT", chatstate.DefaultRequiresActionTimeout,
 		"How long a chat waits for dynamic tool results before the worker cancels the calls.")
+	v.Var(cors.Env, "", cors.Usage, func(raw string) (err error) { c.CORS, err = cors.Parse(raw); return err })
 	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
 		if c.AuthSecret == "" && c.JWKSURL == "" {
@@ -115,6 +119,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		HTTPListener:          cfg.Embedded.HTTPListener,
 		ShutdownTimeout:       cfg.ShutdownTimeout,
 		Log:                   log,
+		CORS:                  cfg.CORS,
 	})
 }
 

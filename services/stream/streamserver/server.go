@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/cors"
 	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/service"
@@ -41,6 +42,8 @@ type Config struct {
 	RelayAddr string
 	// WriteTimeout bounds each write to a client (streamhttp.Server).
 	WriteTimeout time.Duration
+	// CORS is CHATD_CORS_ALLOWED_ORIGINS.
+	CORS cors.Policy
 }
 
 // Declare adds the stream service's settings to v.
@@ -56,6 +59,7 @@ func (c *Config) Declare(v *service.Vars) {
 		"host:port of the relay service, which forwards live message parts from workers.", false)
 	v.Duration(&c.WriteTimeout, "CHATD_STREAM_WRITE_TIMEOUT", streamhttp.DefaultWriteTimeout,
 		"How long a client may take to accept an event or heartbeat before the stream drops it (it resumes with its cursor).")
+	v.Var(cors.Env, "", cors.Usage, func(raw string) (err error) { c.CORS, err = cors.Parse(raw); return err })
 	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
 		if c.AuthSecret == "" && c.JWKSURL == "" {
@@ -128,6 +132,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		MetricsHandler:  tel.Handler,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log.With("relay_addr", cfg.RelayAddr),
+		CORS:            cfg.CORS,
 		Register: func(_ *grpc.Server, mux *http.ServeMux) error {
 			srv.Register(mux)
 			return nil

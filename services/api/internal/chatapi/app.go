@@ -13,6 +13,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/cors"
 	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
@@ -25,6 +26,8 @@ import (
 // AppConfig is everything the api service needs to run.
 type AppConfig struct {
 	Config
+	// CORS answers browsers' cross-origin requests (CHATD_CORS_ALLOWED_ORIGINS).
+	CORS        cors.Policy
 	DatabaseURL string
 	// DB bounds the pool and its sessions (CHATD_DB_*).
 	DB dbpool.Settings
@@ -98,6 +101,7 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 		MetricsHandler:  cfg.MetricsHandler,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
+		CORS:            cfg.CORS,
 		ServerOptions: []grpc.ServerOption{
 			grpc.ChainUnaryInterceptor(verifier.UnaryServerInterceptor(), ValidateTextUnary()),
 			grpc.ChainStreamInterceptor(verifier.StreamServerInterceptor(), ValidateTextStream()),

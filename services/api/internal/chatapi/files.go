@@ -108,6 +108,9 @@ func (h *FilesHandler) upload(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusBadRequest, codes.InvalidArgument, "", "the upload is empty")
 		return
 	}
+	if refuseMismatchedContent(w, mediaType, data) {
+		return
+	}
 	ctx := r.Context()
 	if err := ensureCaller(ctx, h.Q, c); err != nil {
 		h.internal(w, "ensure the uploader", err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/outbound"
 )
 
 // MCP servers: organization-scoped configuration for deployment admins (the
@@ -254,6 +255,11 @@ func validMCPURL(raw string) (string, error) {
 	}
 	if u.User != nil {
 		return "", invalid("url must not carry credentials; use bearer_token or headers")
+	}
+	// The worker dials it: no link-local or metadata address (checked again
+	// at dial time, after resolution).
+	if err := outbound.Default().CheckURL(raw); err != nil {
+		return "", invalid("url is refused: %s", strings.TrimPrefix(err.Error(), outbound.ErrRefused.Error()+": "))
 	}
 	return raw, nil
 }

@@ -44,6 +44,8 @@ func TestMCPServerEndpoints(t *testing.T) {
 		{map[string]any{"name": "gh", "url": "mcp.example.com"}, "absolute http or https"},
 		{map[string]any{"name": "gh", "url": "ws://mcp.example.com"}, "http or https"},
 		{map[string]any{"name": "gh", "url": "https://u:p@mcp.example.com"}, "credentials"},
+		{map[string]any{"name": "gh", "url": "http://169.254.169.254/latest"}, "url is refused: 169.254.169.254 is a link-local address"},
+		{map[string]any{"name": "gh", "url": "http://0xa9fea9fe/mcp"}, "non-canonical form"},
 		{map[string]any{"name": "gh", "url": "https://mcp.example.com", "headers": map[string]any{"Bad Header": "x"}}, "not a valid HTTP header name"},
 		{map[string]any{"name": "gh", "url": "https://mcp.example.com", "headers": map[string]any{"Authorization": "x"}}, "bearer_token"},
 		{map[string]any{"name": "gh", "url": "https://mcp.example.com", "headers": map[string]any{"X-N": 1}}, "must be a string"},

@@ -332,9 +332,9 @@ func TestRejections(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, status(e.request(uuid.New(), e.token, "", "", true)), "no such chat")
 	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "garbage", "", true)), "malformed Last-Event-ID")
 	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "", "%21%21", true)), "malformed cursor")
-	neg := base64.RawURLEncoding.EncodeToString([]byte("c1.-1.0.0.0..0.0.0.0.0.0"))
+	neg := base64.RawURLEncoding.EncodeToString([]byte("c3.-1.0.0.0..0.0.0.0.0.0.0.0.0"))
 	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "", neg, true)), "negative cursor")
-	ahead := streamloop.Cursor{SnapshotVersion: 1 << 40}.Encode()
+	ahead := streamloop.Cursor{SnapshotVersion: 1 << 40, ChatTag: streamloop.ChatTagOf(id)}.Encode()
 	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "", ahead, true)), "ahead cursor")
 	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "", ahead, false)), "ahead cursor, WebSocket")
 }
@@ -558,7 +558,15 @@ func TestCursorRejectionMessages(t *testing.T) {
 	require.NoError(t, err)
 
 	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-	neg := enc("c1.-1.0.0.0..0.0.0.0.0.0")
+	neg := enc("c3.-1.0.0.0..0.0.0.0.0.0.0.0.0")
+	old := enc("c2.1.1.0.0.waiting.0.0.0.0.0.0.0.0")
+	// A cursor another chat of the same user issued, at the position chat
+	// id is at (both are fresh): without the chat in the cursor it would be
+	// accepted, and a resume from a later one would skip id's messages.
+	other := e.create()
+	foreignConn := e.connect(other, "")
+	foreign := foreignConn.next(t, 3)[2].ID
+	foreignConn.cancel()
 	aheadAttempt := last
 	aheadAttempt.GenerationAttempt = e.chat(id).GenerationAttempt + 1
 	const hint = "; reconnect without a cursor to start from the current state"
@@ -567,7 +575,9 @@ func TestCursorRejectionMessages(t *testing.T) {
 	}{
 		{"malformed", "abc", `the stream cursor "abc" is not one this server issued` + hint},
 		{"negative", neg, `the stream cursor "` + neg + `" holds a negative position, which no stream ever sends` + hint},
-		{"ahead", streamloop.Cursor{SnapshotVersion: 1 << 40}.Encode(),
+		{"another chat's", foreign, "the stream cursor was issued for another chat" + hint},
+		{"old format", old, `the stream cursor "` + old + `" is of an older format that does not name its chat, which this server no longer accepts` + hint},
+		{"ahead", streamloop.Cursor{SnapshotVersion: 1 << 40, ChatTag: streamloop.ChatTagOf(id)}.Encode(),
 			"the stream cursor is ahead of this chat: it names snapshot version 1099511627776 but the chat is at ..."},
 		{"ahead generation attempt", aheadAttempt.Encode(),
 			fmt.Sprintf("the stream cursor is ahead of this chat: it names generation attempt %d but the chat is at %d, ",

@@ -4,8 +4,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
+
+	"github.com/google/uuid"
 
 	"github.com/chatd/chatd/pkg/db/queries"
 )
@@ -40,13 +43,31 @@ type Cursor struct {
 	// resume asks the relay only for later parts.
 	PartSeq        int64
 	AttemptRetired bool
+	// ChatTag binds the cursor to the chat it was issued on (ChatTagOf its
+	// ID): CheckAgainst refuses it on any other chat, whose early messages
+	// it would otherwise silently skip. A digest rather than the ID keeps
+	// every event's id short; it needs no key, since the cursor is the
+	// client's own position and only guards against using it on the wrong
+	// chat, not against forgery (the owner check guards the chat).
+	ChatTag uint64
+}
+
+// ChatTagOf is the ChatTag of chat id: 64 bits of FNV-1a over its bytes.
+func ChatTagOf(id uuid.UUID) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write(id[:])
+	return h.Sum64()
 }
 
 // cursorVersion prefixes every encoded cursor so the format can change. c2
-// is c1 plus PartSeq and AttemptRetired; c1 cursors are still accepted (as
-// PartSeq 0, not retired).
+// is c1 plus PartSeq and AttemptRetired; c3 is c2 plus ChatTag. c1 and c2
+// cursors are refused with a message saying to reconnect without one: they
+// name no chat, so accepting them would keep the cross-chat skip open to
+// anyone sending one, and a client holding one loses nothing but a replay
+// of the current state.
 const (
-	cursorVersion   = "c2"
+	cursorVersion   = "c3"
+	cursorVersionV2 = "c2"
 	cursorVersionV1 = "c1"
 )
 
@@ -100,6 +121,7 @@ func (c Cursor) AppendEncoded(dst []byte) []byte {
 		c.PendingHistory, c.LastMessageID, boolInt(c.Reset), c.PartSeq, boolInt(c.AttemptRetired)} {
 		raw = strconv.AppendInt(append(raw, '.'), n, 10)
 	}
+	raw = strconv.AppendUint(append(raw, '.'), c.ChatTag, 16)
 	return base64.RawURLEncoding.AppendEncode(dst, raw)
 }
 
@@ -127,11 +149,18 @@ func DecodeCursor(s string) (Cursor, error) {
 		return Cursor{}, notIssued()
 	}
 	f := strings.Split(string(raw), ".")
-	if !(len(f) == 12 && f[0] == cursorVersionV1 || len(f) == 14 && f[0] == cursorVersion) {
+	if len(f) == 12 && f[0] == cursorVersionV1 || len(f) == 14 && f[0] == cursorVersionV2 {
+		return Cursor{}, badCursor("the stream cursor %s is of an older format that does not name its chat, which this server no longer accepts", shownCursor(s))
+	}
+	if len(f) != 15 || f[0] != cursorVersion {
+		return Cursor{}, notIssued()
+	}
+	tag, err := strconv.ParseUint(f[14], 16, 64)
+	if err != nil {
 		return Cursor{}, notIssued()
 	}
 	var n [13]int64
-	for i, v := range f[1:] {
+	for i, v := range f[1:14] {
 		if i == 4 { // status
 			continue
 		}
@@ -151,7 +180,7 @@ func DecodeCursor(s string) (Cursor, error) {
 		SnapshotVersion: n[0], HistoryVersion: n[1], QueueVersion: n[2], RetryStateVersion: n[3],
 		Status: f[5], ErrorHistoryVersion: n[5], ActionHistoryVersion: n[6], GenerationAttempt: n[7],
 		PendingHistory: n[8], LastMessageID: n[9], Reset: n[10] == 1,
-		PartSeq: n[11], AttemptRetired: n[12] == 1,
+		PartSeq: n[11], AttemptRetired: n[12] == 1, ChatTag: tag,
 	}
 	if c.PendingHistory != 0 && c.PendingHistory <= c.HistoryVersion ||
 		c.PendingHistory == 0 && (c.LastMessageID != 0 || c.Reset) ||
@@ -161,7 +190,8 @@ func DecodeCursor(s string) (Cursor, error) {
 	return c, nil
 }
 
-// CheckAgainst reports ErrBadCursor when c is ahead of the chat's committed
+// CheckAgainst reports ErrBadCursor when c was issued for another chat
+// (its ChatTag), or when c is ahead of the chat's committed
 // state: a client cannot have seen a version the chat never had.
 //
 // Within one history_version generation_attempt only grows (a history
@@ -172,6 +202,9 @@ func DecodeCursor(s string) (Cursor, error) {
 // the database has no watermark to compare it with (a resume asks the relay
 // for the parts after it, and one past the episode's end just gets none).
 func (c Cursor) CheckAgainst(chat queries.Chat) error {
+	if c.ChatTag != ChatTagOf(chat.ID) {
+		return badCursor("the stream cursor was issued for another chat")
+	}
 	for _, v := range [...]struct {
 		name         string
 		cursor, chat int64

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
@@ -19,7 +20,7 @@ func chatmsgToolCall(id string) chatmsg.Content {
 
 func TestCursorRoundTripAndRejects(t *testing.T) {
 	t.Parallel()
-	c := streamloop.Cursor{SnapshotVersion: 9, HistoryVersion: 7, QueueVersion: 3, RetryStateVersion: 1, Status: "running",
+	c := streamloop.Cursor{ChatTag: streamloop.ChatTagOf(uuid.New()), SnapshotVersion: 9, HistoryVersion: 7, QueueVersion: 3, RetryStateVersion: 1, Status: "running",
 		ErrorHistoryVersion: 2, ActionHistoryVersion: 4, GenerationAttempt: 2, PendingHistory: 9, LastMessageID: 12, Reset: true}
 	got, err := streamloop.DecodeCursor(c.Encode())
 	require.NoError(t, err)
@@ -27,15 +28,43 @@ func TestCursorRoundTripAndRejects(t *testing.T) {
 	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
 	for _, bad := range []string{
 		"garbage!", "", enc("c1.1.2"), enc("c2.1.1.1.1.running.0.0.0.0.0.0"),
-		enc("c1.-1.1.1.1.running.0.0.0.0.0.0"), enc("c1.1.1.1.1.bogus.0.0.0.0.0.0"),
-		enc("c1.1.5.1.1.running.0.0.0.3.0.0"), // pending behind history
-		enc("c1.1.1.1.1.running.0.0.0.0.7.0"), // message id without a pending step
+		enc("c3.-1.1.1.1.running.0.0.0.0.0.0.0.0.ab"), enc("c3.1.1.1.1.bogus.0.0.0.0.0.0.0.0.ab"),
+		enc("c3.1.5.1.1.running.0.0.0.3.0.0.0.0.ab"),  // pending behind history
+		enc("c3.1.1.1.1.running.0.0.0.0.7.0.0.0.ab"),  // message id without a pending step
+		enc("c3.1.1.1.1.running.0.0.0.0.0.0.0.0.xyz"), // tag not hex
+		enc("c3.1.1.1.1.running.0.0.0.0.0.0.0.0"),     // no tag
 	} {
 		_, err := streamloop.DecodeCursor(bad)
 		require.ErrorIs(t, err, streamloop.ErrBadCursor, "%q", bad)
 		require.True(t, strings.HasSuffix(err.Error(), "; reconnect without a cursor to start from the current state"),
 			"every rejection says what to do: %q", err)
 	}
+}
+
+// TestOldCursorFormatsRefused: c1 and c2 cursors name no chat; they are
+// refused with a sentence saying so rather than resumed on any chat.
+func TestOldCursorFormatsRefused(t *testing.T) {
+	t.Parallel()
+	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+	for _, old := range []string{enc("c1.1.1.1.1.running.0.0.0.0.0.0"), enc("c2.1.1.1.1.running.0.0.0.0.0.0.0.0")} {
+		_, err := streamloop.DecodeCursor(old)
+		require.ErrorIs(t, err, streamloop.ErrBadCursor)
+		require.Contains(t, err.Error(), "is of an older format that does not name its chat")
+	}
+}
+
+// TestCheckAgainstAnotherChat: a cursor carries its chat's tag; on another
+// chat it is refused, whatever its positions.
+func TestCheckAgainstAnotherChat(t *testing.T) {
+	t.Parallel()
+	a, b := queries.Chat{ID: uuid.New(), HistoryVersion: 5}, queries.Chat{ID: uuid.New(), HistoryVersion: 5}
+	c := streamloop.Cursor{HistoryVersion: 1, ChatTag: streamloop.ChatTagOf(a.ID)}
+	decoded, err := streamloop.DecodeCursor(c.Encode())
+	require.NoError(t, err)
+	require.NoError(t, decoded.CheckAgainst(a))
+	err = decoded.CheckAgainst(b)
+	require.ErrorIs(t, err, streamloop.ErrBadCursor)
+	require.EqualError(t, err, "the stream cursor was issued for another chat; reconnect without a cursor to start from the current state")
 }
 
 // TestCursorRejectionSentences: the text of a rejection is what the client
@@ -62,7 +91,7 @@ func TestCheckAgainstGenerationAttempt(t *testing.T) {
 	chat := queries.Chat{SnapshotVersion: 10, HistoryVersion: 8, QueueVersion: 2, RetryStateVersion: 1, GenerationAttempt: 2}
 	at := func(hv, ga, seq int64) streamloop.Cursor {
 		return streamloop.Cursor{SnapshotVersion: 10, HistoryVersion: hv, QueueVersion: 2, RetryStateVersion: 1,
-			GenerationAttempt: ga, PartSeq: seq}
+			GenerationAttempt: ga, PartSeq: seq, ChatTag: streamloop.ChatTagOf(chat.ID)}
 	}
 	require.NoError(t, at(8, 2, 0).CheckAgainst(chat))
 	require.NoError(t, at(8, 1, 0).CheckAgainst(chat))

@@ -579,7 +579,7 @@ func (e *emitter) cursor() Cursor {
 		SnapshotVersion: st.SnapshotVersion, HistoryVersion: st.HistoryVersion, QueueVersion: st.QueueVersion,
 		RetryStateVersion: st.RetryStateVersion, Status: st.Status, ErrorHistoryVersion: st.ErrorHistoryVersion,
 		ActionHistoryVersion: st.ActionHistoryVersion, GenerationAttempt: st.GenerationAttempt,
-		PartSeq: st.PartSeq, AttemptRetired: st.AttemptRetired,
+		PartSeq: st.PartSeq, AttemptRetired: st.AttemptRetired, ChatTag: ChatTagOf(e.chatID),
 	}
 	if !e.done && st.HistoryVersion != e.startHistory {
 		// Mid-Sync, history already moved but the episode fields not yet:

@@ -122,16 +122,11 @@ func TestCursorPartWatermark(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, c, got)
 	enc := func(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-	// A c1 cursor (before part watermarks) is still accepted.
-	old, err := streamloop.DecodeCursor(enc("c1.9.7.3.1.running.2.4.2.0.0.0"))
-	require.NoError(t, err)
-	require.Equal(t, streamloop.Cursor{SnapshotVersion: 9, HistoryVersion: 7, QueueVersion: 3, RetryStateVersion: 1,
-		Status: "running", ErrorHistoryVersion: 2, ActionHistoryVersion: 4, GenerationAttempt: 2}, old)
 	for _, bad := range []string{
-		enc("c2.9.7.3.1.running.2.4.2.0.0.0.-1.0"), // negative seq
-		enc("c2.9.7.3.1.running.2.4.2.0.0.0.1.2"),  // retired not 0/1
-		enc("c2.9.7.3.1.running.2.4.0.0.0.0.1.0"),  // parts of attempt 0
-		enc("c1.9.7.3.1.running.2.4.2.0.0.0.1.0"),  // c1 has no part fields
+		enc("c3.9.7.3.1.running.2.4.2.0.0.0.-1.0.ab"), // negative seq
+		enc("c3.9.7.3.1.running.2.4.2.0.0.0.1.2.ab"),  // retired not 0/1
+		enc("c3.9.7.3.1.running.2.4.0.0.0.0.1.0.ab"),  // parts of attempt 0
+		enc("c1.9.7.3.1.running.2.4.2.0.0.0"),         // c1 is no longer accepted (cursor.go)
 	} {
 		_, err := streamloop.DecodeCursor(bad)
 		require.ErrorIs(t, err, streamloop.ErrBadCursor, "%q", bad)

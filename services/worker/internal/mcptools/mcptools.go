@@ -74,7 +74,8 @@ const (
 type Options struct {
 	Log *slog.Logger
 	// HTTPClient is the base client (its Transport is wrapped to add each
-	// server's headers); http.DefaultClient's transport when nil.
+	// server's headers); when nil, http.DefaultTransport with the outbound
+	// policy's dial-time check (policyTransport in outbound.go).
 	HTTPClient *http.Client
 	// ConnectTimeout bounds connecting and listing tools.
 	ConnectTimeout time.Duration
@@ -129,7 +130,7 @@ func New(pool *pgxpool.Pool, opts Options) *Provider {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	base := http.DefaultTransport
+	var base http.RoundTripper = policyTransport
 	if opts.HTTPClient != nil && opts.HTTPClient.Transport != nil {
 		base = opts.HTTPClient.Transport
 	}
@@ -205,10 +206,10 @@ func (p *Provider) serverTools(ctx context.Context, srv queries.ChatMcpServer) [
 	log := p.opts.Log.With(slog.String("mcp_server", srv.Name), slog.String("mcp_server_id", srv.ID.String()))
 	if err != nil {
 		if len(tools) == 0 {
-			log.Warn("MCP server unavailable; its tools are not offered", slog.String("error", err.Error()))
+			log.Warn("MCP server unavailable; its tools are not offered", slog.String("error", scrub(srv, err.Error())))
 			return nil
 		}
-		log.Warn("MCP server unavailable; offering its last known tools", slog.String("error", err.Error()))
+		log.Warn("MCP server unavailable; offering its last known tools", slog.String("error", scrub(srv, err.Error())))
 	}
 	seen := map[string]bool{}
 	out := make([]agenttools.Tool, 0, len(tools))
@@ -314,12 +315,16 @@ func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.Raw
 	defer cancel()
 	c.mu.Lock()
 	c.used = p.opts.Now()
-	name := c.server.Name
+	name, srv := c.server.Name, c.server
 	var session *mcp.ClientSession
 	err := c.withSession(ctx, p, func(s *mcp.ClientSession) error { session = s; return nil })
 	c.mu.Unlock()
 	if err != nil {
-		return agenttools.ErrorResult(fmt.Sprintf("MCP server %q is unreachable: %v", name, err)), true, nil
+		// The transport's text (a proxy's error page, an echoed header) is
+		// for the worker log; the model and the chat see that it failed.
+		p.opts.Log.Warn("MCP server unreachable for a tool call", slog.String("mcp_server", name),
+			slog.String("tool", tool), slog.String("error", scrub(srv, err.Error())))
+		return agenttools.ErrorResult(fmt.Sprintf("MCP server %q is unreachable; the details are in the worker log", name)), true, nil
 	}
 	params := &mcp.CallToolParams{Name: tool, Arguments: args}
 	res, err := session.CallTool(ctx, params)
@@ -347,9 +352,9 @@ func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.Raw
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			return agenttools.ErrorResult(fmt.Sprintf("MCP tool %s%s%s did not answer within %s", name, Separator, tool, p.opts.CallTimeout)), true, nil
 		}
-		return agenttools.ErrorResult(fmt.Sprintf("MCP tool %s%s%s failed: %v", name, Separator, tool, err)), true, nil
+		return agenttools.ErrorResult(scrub(srv, fmt.Sprintf("MCP tool %s%s%s failed: %v", name, Separator, tool, err))), true, nil
 	}
-	text := ResultText(res)
+	text := scrub(srv, ResultText(res))
 	if res.IsError {
 		return agenttools.ErrorResult(text), true, nil
 	}

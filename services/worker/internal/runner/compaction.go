@@ -261,11 +261,11 @@ func (r *runner) compact(ctx context.Context, in intent, p plan) (again bool, er
 	case callErr == nil:
 		return false, r.commitCompaction(ctx, in, p, callID, summary, trailing)
 	case !llm.IsRetryable(callErr):
-		return false, r.finishError(ctx, in, "compaction failed: "+callErr.Error())
+		return false, r.finishError(ctx, in, "compaction failed: "+r.callFailure(callErr))
 	}
 	n := p.chat.GenerationAttempt
 	if n > int64(r.cfg.MaxGenerationRetries) {
-		return false, r.finishError(ctx, in, "compaction failed: "+callErr.Error())
+		return false, r.finishError(ctx, in, "compaction failed: "+r.callFailure(callErr))
 	}
 	// The wait before retrying the summary is a retry_backoff stage inside
 	// the compaction, like a model call's.

@@ -269,11 +269,11 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 	case errors.Is(callErr, errTurnLimit):
 		return false, r.finishError(ctx, in, turnLimitMessage(r.cfg.TurnMaxDuration))
 	case !llm.IsRetryable(callErr):
-		return false, r.finishError(ctx, in, callErr.Error())
+		return false, r.finishError(ctx, in, r.callFailure(callErr))
 	}
 	n := p.chat.GenerationAttempt
 	if n > int64(r.cfg.MaxGenerationRetries) {
-		return false, r.finishError(ctx, in, callErr.Error())
+		return false, r.finishError(ctx, in, r.callFailure(callErr))
 	}
 	return r.retryAfter(ctx, in, n, callErr)
 }
@@ -284,7 +284,7 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 func (r *runner) retryAfter(ctx context.Context, in intent, n int64, callErr error) (again bool, err error) {
 	delay := backoff(r.cfg.RetryBaseDelay, r.cfg.RetryMaxDelay, int(n-1))
 	state := chatstate.RetryState{
-		Attempt: n, DelayMS: delay.Milliseconds(), Error: callErr.Error(),
+		Attempt: n, DelayMS: delay.Milliseconds(), Error: r.callFailure(callErr),
 		Kind: llm.Retryable.String(), RetryingAt: r.clock.Now().Add(delay),
 	}
 	// Retried on a database blip (commit.go): a new decision would count
