@@ -58,3 +58,14 @@ func InfoFor(provider modelconfig.Provider, cfg modelconfig.ModelConfig) Info {
 	}
 	return Info{Provider: name, ProviderType: string(provider.Type), Model: cfg.Model, ContextLimit: cfg.ContextLimit}
 }
+
+// Supported reports whether this build can open models of provider type t:
+// a known type with a registered implementation.
+func Supported(t modelconfig.ProviderType) bool {
+	if !t.Valid() {
+		return false
+	}
+	factoriesMu.RLock()
+	defer factoriesMu.RUnlock()
+	return factories[t] != nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/auth"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/llm"
 	"github.com/chatd/chatd/pkg/modelconfig"
 )
 
@@ -103,7 +105,7 @@ func (s *Server) ListModels(ctx context.Context, req *chatdv1.ListModelsRequest)
 	if err != nil {
 		return nil, s.modelError(ctx, err)
 	}
-	resp := &chatdv1.ListModelsResponse{UnsupportedProviderTypes: []string{}}
+	resp := &chatdv1.ListModelsResponse{UnsupportedProviderTypes: unsupportedTypes(descs)}
 	if resp.ModelConfigs, err = s.modelConfigsToProto(ctx, configs); err != nil {
 		return nil, err
 	}
@@ -118,6 +120,20 @@ func (s *Server) ListModels(ctx context.Context, req *chatdv1.ListModelsRequest)
 		resp.Providers = append(resp.Providers, pd)
 	}
 	return resp, nil
+}
+
+// unsupportedTypes lists, sorted and once each, the provider types of descs
+// this build cannot open (a provider stored by a build with more
+// implementations, or one built without some): never null.
+func unsupportedTypes(descs []modelconfig.Descriptor) []string {
+	out := []string{}
+	for _, d := range descs {
+		if t := string(d.Type); !llm.Supported(d.Type) && !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func modelConfigToProto(m modelconfig.ModelConfig) (*chatdv1.ModelConfig, error) {
