@@ -101,7 +101,9 @@ func TestFaultsUnderLoad(t *testing.T) {
 
 	// The faults, each once the load has made progress past the last.
 	began := time.Now()
-	phase := func(what string) { t.Logf("%6.1fs %s (%d turns finished)", time.Since(began).Seconds(), what, done.Load()) }
+	phase := func(what string) {
+		t.Logf("%6.1fs %s (%d turns finished)", time.Since(began).Seconds(), what, done.Load())
+	}
 	waitProgress := func(n int64, what string) {
 		t.Helper()
 		for done.Load() < n {
