@@ -22,6 +22,9 @@ func TestWorkerWithASlowClockHoldsItsLeases(t *testing.T) {
 	slow := func() time.Time { return time.Now().Add(-60 * time.Second) }
 	a := b.startWorkerClocked(t, acquire.Limits{}, slow)
 	require.Eventually(t, func() bool { return len(b.owners(t, ids)) == len(ids) }, waitFor, tick)
+	// The acquisition commits before the manager registers its runner:
+	// wait for every runner, which the heartbeat renews.
+	require.Eventually(t, func() bool { return len(a.mgr.Runners()) == len(ids) }, waitFor, tick)
 
 	root, _ := b.ownedCounts(t)
 	require.Equal(t, len(ids), root, "every lease is fresh on the database's clock")
