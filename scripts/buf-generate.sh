@@ -19,6 +19,7 @@ cd "$root"
 		google.golang.org/grpc/cmd/protoc-gen-go-grpc \
 		github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway \
 		github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2
+	GOWORK=off go build -o ../bin/ ./openapi-finish
 )
 
 bin/buf format -w
@@ -29,6 +30,10 @@ bin/buf lint
 rm -f pkg/gen/chatd/v1/*.pb.go pkg/gen/chatd/v1/*.pb.gw.go pkg/gen/openapi/*.swagger.json
 
 bin/buf generate
+
+# The generator assumes google.rpc.Status for errors; chatd answers with its
+# own body (pkg/httperror). openapi-finish rewrites the document in place.
+bin/openapi-finish pkg/gen/openapi/chatd.swagger.json
 
 # go:embed only reaches files in the embedding package's directory, so the
 # OpenAPI document gets a tiny package of its own.

@@ -91,8 +91,7 @@ func messageIDs(evs []stacktest.SSEEvent) []int64 {
 			continue
 		}
 		m, _ := ev.Data["message"].(map[string]any)
-		id, _ := m["id"].(float64)
-		ids = append(ids, int64(id))
+		ids = append(ids, stacktest.WireInt(m["id"]))
 	}
 	return ids
 }

@@ -44,13 +44,13 @@ func TestWorkerKilledMidTurn(t *testing.T) {
 
 	// Phase 1: parts from the first owner.
 	firstParts := 0
-	var firstAttempt float64
+	var firstAttempt int64
 	for firstParts < 5 {
 		ev := next("the first worker's parts")
 		require.Empty(t, stacktest.AssistantText(ev), "the reply committed before the worker could be killed")
 		if stacktest.PartText(ev) != "" {
 			firstParts++
-			firstAttempt = ev.Data["message_part"].(map[string]any)["generation_attempt"].(float64)
+			firstAttempt = stacktest.WireInt(ev.Data["message_part"].(map[string]any)["generation_attempt"])
 		}
 	}
 	victim := s.Owner(t, chatID)
@@ -85,7 +85,7 @@ func TestWorkerKilledMidTurn(t *testing.T) {
 			if resetsAfterKill > 0 && partsAfterReset == 0 {
 				// The first part of the new episode: it is the survivor's
 				// attempt, a later one than the victim's.
-				require.Greater(t, mp["generation_attempt"].(float64), firstAttempt)
+				require.Greater(t, stacktest.WireInt(mp["generation_attempt"]), firstAttempt)
 				if !sawSurvivor {
 					require.Equal(t, survivor, s.Owner(t, chatID), "parts after the reset come from the surviving worker")
 					sawSurvivor = true

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,6 +233,21 @@ func PartText(ev SSEEvent) string {
 		return ""
 	}
 	return p["text"].(string)
+}
+
+// WireInt reads a 64-bit integer from a decoded event. REST and the stream
+// send them as JSON strings; anything else (a number, missing) reads -1, so
+// a test comparing it fails rather than passing on a zero.
+func WireInt(v any) int64 {
+	s, ok := v.(string)
+	if !ok {
+		return -1
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // AssistantText is the text of a committed assistant message event.

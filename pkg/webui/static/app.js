@@ -41,15 +41,17 @@ function applyEvent(ev) {
   switch (ev.type) {
     case 'message_part': {
       const mp = ev.message_part;
-      const key = [mp.history_version, mp.generation_attempt];
+      // 64-bit integers arrive as JSON strings; compare them as numbers.
+      const key = [Number(mp.history_version), Number(mp.generation_attempt)];
       if (!laterThan(key, chat.retired)) return; // a finished episode's straggler
       let p = chat.preview;
       if (!p || p.hv !== key[0] || p.ga !== key[1]) {
         retirePreview();
         p = chat.preview = { hv: key[0], ga: key[1], seq: 0, parts: [] };
       }
-      if (mp.seq <= p.seq) return; // already shown
-      p.seq = mp.seq;
+      const seq = Number(mp.seq);
+      if (seq <= p.seq) return; // already shown
+      p.seq = seq;
       const { index = 0, ...part } = mp.part || {};
       const cur = p.parts[index];
       if (cur && cur.type === part.type && (part.type === 'text' || part.type === 'reasoning')) {

@@ -68,7 +68,8 @@ func TestAuthMatrix(t *testing.T) {
 		if req.chatScoped {
 			r := a.call(req.method, req.path, other.token, req.body)
 			require.Equal(t, http.StatusNotFound, r.code, "%s as another user: %s", name, r.raw)
-			require.Equal(t, "chat not found", r.str("message"), name)
+			require.Equal(t, "The chat was not found.", r.str("message"), name)
+			require.Equal(t, "CHAT_NOT_FOUND", r.str("reason"), name)
 		}
 	}
 	after := a.snapshot(id)

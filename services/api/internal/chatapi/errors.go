@@ -12,22 +12,26 @@ import (
 
 	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/httperror"
 )
 
 // Reasons carried in an ErrorInfo detail so the REST facade can pick the
 // HTTP status the contract names where a gRPC code alone is ambiguous.
 const (
-	ReasonTransitionNotAllowed  = "TRANSITION_NOT_ALLOWED"
-	ReasonChatArchived          = "CHAT_ARCHIVED"
-	ReasonPayloadTooLarge       = "PAYLOAD_TOO_LARGE"
-	ReasonQueueFull             = "QUEUE_FULL"
-	ReasonRequestIDReused       = "REQUEST_ID_REUSED"
-	ReasonNothingToCompact      = "NOTHING_TO_COMPACT"
-	ReasonNothingToClear        = "NOTHING_TO_CLEAR"
-	ReasonFamilyArchived        = "FAMILY_ARCHIVED"
-	ReasonChatInvalidState      = "CHAT_INVALID_STATE"
-	ReasonChatNotFound          = "CHAT_NOT_FOUND"
+	ReasonTransitionNotAllowed = "TRANSITION_NOT_ALLOWED"
+	ReasonChatArchived         = "CHAT_ARCHIVED"
+	ReasonPayloadTooLarge      = "PAYLOAD_TOO_LARGE"
+	ReasonQueueFull            = "QUEUE_FULL"
+	ReasonRequestIDReused      = "REQUEST_ID_REUSED"
+	ReasonNothingToCompact     = "NOTHING_TO_COMPACT"
+	ReasonNothingToClear       = "NOTHING_TO_CLEAR"
+	ReasonFamilyArchived       = "FAMILY_ARCHIVED"
+	ReasonChatInvalidState     = "CHAT_INVALID_STATE"
+	ReasonChatNotFound         = "CHAT_NOT_FOUND"
+	// ReasonTryAgain: a transient database failure; the request was not
+	// applied and may be retried (503 with Retry-After).
+	ReasonTryAgain              = "TRY_AGAIN"
 	ReasonMessageNotFound       = "MESSAGE_NOT_FOUND"
 	ReasonQueuedMessageNotFound = "QUEUED_MESSAGE_NOT_FOUND"
 )
@@ -96,6 +100,13 @@ func toStatus(log *slog.Logger, method string, err error) error {
 		return statusError(codes.InvalidArgument, ReasonAttachmentUnavailable, err.Error())
 	case errors.Is(err, chatstate.ErrFenced):
 		return statusError(codes.Aborted, "", "the chat changed while the request ran; retry it")
+	}
+	if dbpool.Transient(err) {
+		// Postgres restarting, a failover, a pool with every connection
+		// busy past its acquire deadline: nothing was applied (a lost COMMIT
+		// is answered by the caller's request_id on retry).
+		log.Warn("request failed on the database; answered unavailable", "method", method, "error", err)
+		return statusError(codes.Unavailable, ReasonTryAgain, "The service could not reach its database in time, so the request was not applied. Retry it in a moment.")
 	}
 	log.Error("request failed", "method", method, "error", err)
 	return status.Error(codes.Internal, "internal error; the request was not applied")

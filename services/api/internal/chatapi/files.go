@@ -28,6 +28,10 @@ const DefaultMaxAttachmentBytes = 10 << 20
 // does not exist (never uploaded or evicted) or is another chat's.
 const ReasonAttachmentUnavailable = "ATTACHMENT_UNAVAILABLE"
 
+// ReasonFileNotFound answers a download of a file that does not exist, is
+// someone else's, or has expired: the three read alike.
+const ReasonFileNotFound = "FILE_NOT_FOUND"
+
 // FilesHandler serves uploads (POST /api/v2/files) and downloads
 // (GET /api/v2/files/{file}). Uploads are raw bodies, not JSON: the
 // Content-Type header is the file's media type and ?name= its name. An
@@ -47,7 +51,7 @@ type uploadedFile struct {
 	ID        uuid.UUID  `json:"id"`
 	Name      string     `json:"name"`
 	MediaType string     `json:"media_type"`
-	Size      int64      `json:"size"`
+	Size      int64      `json:"size,string"` // a 64-bit integer: a JSON string, as everywhere
 	ChatID    *uuid.UUID `json:"chat_id,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 }
@@ -135,12 +139,16 @@ func (h *FilesHandler) download(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	id, err := uuid.Parse(r.PathValue("file"))
+	raw := r.PathValue("file")
+	id, err := uuid.Parse(raw)
 	notFound := func() {
-		writeJSONError(w, http.StatusNotFound, codes.NotFound, "", "file not found (an evicted attachment has expired)")
+		writeJSONError(w, http.StatusNotFound, codes.NotFound, ReasonFileNotFound,
+			"The file was not found: it was never uploaded, is not yours, or has expired.")
 	}
 	if err != nil {
-		notFound()
+		// As chatapi's parseID words a malformed chat id: bad input, not a
+		// missing file.
+		writeJSONError(w, http.StatusBadRequest, codes.InvalidArgument, "", fmt.Sprintf("file_id %q is not a valid UUID", raw))
 		return
 	}
 	ctx := r.Context()

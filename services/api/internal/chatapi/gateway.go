@@ -164,7 +164,11 @@ func writeError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w h
 		msg = decodeMessage(msg)
 	}
 	reason, detail := reasonOf(st)
-	httperror.Write(w, httperror.Error{Status: httpStatus(st, reason), Code: st.Code(), Reason: reason, Message: msg, Detail: detail})
+	code := httpStatus(st, reason)
+	if code == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
+	httperror.Write(w, httperror.Error{Status: code, Code: st.Code(), Reason: reason, Message: msg, Detail: detail})
 }
 
 func routingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, httpStatus int) {

@@ -112,9 +112,10 @@ func (a *api) newUser() user {
 
 // response is an HTTP answer with its JSON body decoded.
 type response struct {
-	code int
-	body map[string]any
-	raw  []byte
+	code   int
+	body   map[string]any
+	raw    []byte
+	header http.Header
 }
 
 func (r response) str(path ...string) string {
@@ -156,7 +157,7 @@ func (a *api) call(method, path, token string, body any) response {
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(a.t, err)
-	r := response{code: resp.StatusCode, raw: raw}
+	r := response{code: resp.StatusCode, raw: raw, header: resp.Header}
 	if len(raw) > 0 {
 		require.NoError(a.t, json.Unmarshal(raw, &r.body), "body %s", raw)
 	}

@@ -138,7 +138,7 @@ func ensureCaller(ctx context.Context, q *queries.Queries, c auth.Claims) error 
 
 // errNotYours reads exactly like a missing chat: someone else's chat is not
 // acknowledged to exist.
-var errNotYours = status.Error(codes.NotFound, "chat not found")
+var errNotYours = statusError(codes.NotFound, ReasonChatNotFound, "The chat was not found.")
 
 // readChat loads a chat the caller owns.
 func (s *Server) readChat(ctx context.Context, c auth.Claims, rawID string) (queries.Chat, error) {

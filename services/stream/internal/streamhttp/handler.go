@@ -156,7 +156,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	chat, err := queries.New(s.Pool).ChatGet(ctx, chatID)
 	if errors.Is(err, pgx.ErrNoRows) || err == nil && !claims.Owns(chat.OwnerID, chat.OrganizationID) {
-		writeError(w, http.StatusNotFound, errNotFound)
+		httperror.Write(w, httperror.Error{Status: http.StatusNotFound, Code: codes.NotFound, Reason: ReasonChatNotFound, Message: errNotFound})
 		return
 	}
 	if err != nil {
@@ -170,6 +170,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeCursorError(w, err)
 			return
 		}
+	}
+
+	if !sse && !wantsWebSocket(r) {
+		// websocket.Accept would refuse it in plain text; say what works.
+		w.Header().Set("Upgrade", "websocket")
+		httperror.Write(w, httperror.Error{Status: http.StatusUpgradeRequired, Code: codes.InvalidArgument, Reason: ReasonNotAStream,
+			Message: "This endpoint streams: ask for Server-Sent Events (Accept: text/event-stream) or upgrade to a WebSocket."})
+		return
 	}
 
 	// Subscribe before the first Sync so no change after it is missed.
@@ -191,7 +199,31 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // errNotFound answers both a missing chat and someone else's, as the API
 // does: a chat that is not the caller's is not acknowledged to exist.
-const errNotFound = "chat not found"
+const errNotFound = "The chat was not found."
+
+// ReasonChatNotFound is the api's reason for the same answer.
+const ReasonChatNotFound = "CHAT_NOT_FOUND"
+
+// ReasonNotAStream refuses a request that asks for neither SSE nor a
+// WebSocket.
+const ReasonNotAStream = "STREAM_PROTOCOL_REQUIRED"
+
+// wantsWebSocket reports a WebSocket upgrade request (RFC 6455 4.2.1:
+// Connection names upgrade, Upgrade names websocket).
+func wantsWebSocket(r *http.Request) bool {
+	return headerHasToken(r.Header, "Connection", "upgrade") && headerHasToken(r.Header, "Upgrade", "websocket")
+}
+
+func headerHasToken(h http.Header, key, token string) bool {
+	for _, v := range h.Values(key) {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 func acceptsSSE(r *http.Request) bool {
 	for _, v := range r.Header.Values("Accept") {

@@ -485,7 +485,7 @@ func TestOtherOrganizationNotFound(t *testing.T) {
 
 	code, msg := e.errorBody(e.request(id, tok, "", "", true))
 	require.Equal(t, http.StatusNotFound, code)
-	require.Equal(t, "chat not found", msg, "reads exactly like a missing chat")
+	require.Equal(t, "The chat was not found.", msg, "reads exactly like a missing chat")
 
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
@@ -495,7 +495,7 @@ func TestOtherOrganizationNotFound(t *testing.T) {
 	}
 	require.Error(t, err, "the upgrade is refused")
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
-	require.Equal(t, "chat not found", readErrorBody(t, resp))
+	require.Equal(t, "The chat was not found.", readErrorBody(t, resp))
 
 	// The same user in the chat's organization still streams.
 	c := e.connect(id, "")

@@ -163,7 +163,7 @@ func TestHubWebSocketAndSSE(t *testing.T) {
 				continue
 			}
 			var mp struct {
-				Seq  int64           `json:"seq"`
+				Seq  int64           `json:"seq,string"`
 				Part json.RawMessage `json:"part"`
 			}
 			require.NoError(t, json.Unmarshal(ev["message_part"], &mp))

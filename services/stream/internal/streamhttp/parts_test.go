@@ -3,6 +3,7 @@ package streamhttp_test
 import (
 	"encoding/json"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -149,10 +150,21 @@ func (c *sseConn) parts(t *testing.T, n int) ([]livePart, []string) {
 		require.Equal(t, "assistant", mp["role"])
 		p := mp["part"].(map[string]any)
 		require.Equal(t, "text", p["type"])
-		out = append(out, livePart{hv: int64(mp["history_version"].(float64)), ga: int64(mp["generation_attempt"].(float64)),
-			seq: int64(mp["seq"].(float64)), text: p["text"].(string), cursor: ev.ID})
+		out = append(out, livePart{hv: wireInt(t, mp["history_version"]), ga: wireInt(t, mp["generation_attempt"]),
+			seq: wireInt(t, mp["seq"]), text: p["text"].(string), cursor: ev.ID})
 	}
 	return out, typs
+}
+
+// wireInt reads a 64-bit integer from an event: the stream sends them as
+// JSON strings, as REST does.
+func wireInt(t *testing.T, v any) int64 {
+	t.Helper()
+	s, ok := v.(string)
+	require.True(t, ok, "64-bit integer sent as %T (%v), want a JSON string", v, v)
+	n, err := strconv.ParseInt(s, 10, 64)
+	require.NoError(t, err)
+	return n
 }
 
 func texts(ps []livePart) []string {

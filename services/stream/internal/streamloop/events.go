@@ -55,13 +55,13 @@ func (e Event) AppendJSON(dst, cursor []byte) ([]byte, error) {
 		dst = appendJSONString(dst, mp.Role)
 		dst = append(dst, `,"part":`...)
 		dst = append(dst, mp.Part...)
-		dst = append(dst, `,"history_version":`...)
+		dst = append(dst, `,"history_version":"`...)
 		dst = strconv.AppendInt(dst, mp.HistoryVersion, 10)
-		dst = append(dst, `,"generation_attempt":`...)
+		dst = append(dst, `","generation_attempt":"`...)
 		dst = strconv.AppendInt(dst, mp.GenerationAttempt, 10)
-		dst = append(dst, `,"seq":`...)
+		dst = append(dst, `","seq":"`...)
 		dst = strconv.AppendInt(dst, mp.Seq, 10)
-		dst = append(dst, `},"cursor":"`...)
+		dst = append(dst, `"},"cursor":"`...)
 		dst = append(dst, cursor...)
 		return append(dst, `"}`...), nil
 	}
@@ -111,12 +111,16 @@ func appendJSONString(dst []byte, s string) []byte {
 }
 
 // MessagePart is the message_part payload: one live part of an episode.
+//
+// Every 64-bit integer on the stream is a JSON string (",string"), exactly
+// as protojson renders int64 on REST: a client parses one form, and
+// JavaScript does not round values past 2^53.
 type MessagePart struct {
 	Role              string          `json:"role"`
 	Part              json.RawMessage `json:"part"`
-	HistoryVersion    int64           `json:"history_version"`
-	GenerationAttempt int64           `json:"generation_attempt"`
-	Seq               int64           `json:"seq"`
+	HistoryVersion    int64           `json:"history_version,string"`
+	GenerationAttempt int64           `json:"generation_attempt,string"`
+	Seq               int64           `json:"seq,string"`
 }
 
 // pgTime wraps time.Time for scanning.
@@ -144,21 +148,27 @@ type Part struct {
 
 // Message is the message payload, matching the REST message shape.
 type Message struct {
-	ID              int64           `json:"id"`
-	ChatID          string          `json:"chat_id"`
-	Role            string          `json:"role"`
-	Content         []Part          `json:"content"`
-	QueuedMessageID *int64          `json:"queued_message_id,omitempty"`
-	CreatedAt       time.Time       `json:"created_at"`
-	Usage           json.RawMessage `json:"usage,omitempty"`
+	ID              int64     `json:"id,string"`
+	ChatID          string    `json:"chat_id"`
+	Role            string    `json:"role"`
+	Content         []Part    `json:"content"`
+	QueuedMessageID *int64    `json:"queued_message_id,omitempty,string"`
+	CreatedAt       time.Time `json:"created_at"`
+	Usage           *Usage    `json:"usage,omitempty"`
+}
+
+// Usage is the token usage of an assistant message, as REST's Usage.
+type Usage struct {
+	PromptTokens int64 `json:"prompt_tokens,string"`
+	OutputTokens int64 `json:"output_tokens,string"`
 }
 
 // QueuedMessage is one entry of queue_update.
 type QueuedMessage struct {
-	ID        int64     `json:"id"`
+	ID        int64     `json:"id,string"`
 	ChatID    string    `json:"chat_id"`
 	Content   []Part    `json:"content"`
-	Position  int64     `json:"position"`
+	Position  int64     `json:"position,string"`
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy *string   `json:"created_by,omitempty"`
 }
@@ -230,7 +240,17 @@ func encodeMessage(chatID uuid.UUID, m msgRow) (Message, error) {
 	out := Message{ID: m.ID, ChatID: chatID.String(), Role: m.Role, Content: parts,
 		QueuedMessageID: m.QueuedMessageID, CreatedAt: m.CreatedAt.UTC()}
 	if len(m.Usage) > 0 && string(m.Usage) != "null" {
-		out.Usage = m.Usage
+		var u Usage
+		// The stored usage has numbers; the wire has strings.
+		var stored struct {
+			PromptTokens int64 `json:"prompt_tokens"`
+			OutputTokens int64 `json:"output_tokens"`
+		}
+		if err := json.Unmarshal(m.Usage, &stored); err != nil {
+			return Message{}, fmt.Errorf("message %d usage: %w", m.ID, err)
+		}
+		u.PromptTokens, u.OutputTokens = stored.PromptTokens, stored.OutputTokens
+		out.Usage = &u
 	}
 	return out, nil
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/db/queries"
 )
 
 // TestMessagePartFastPath: the hand-written message_part encoding is the
@@ -42,4 +44,42 @@ func BenchmarkMessagePartJSON(b *testing.B) {
 		cur = e.Cursor.AppendEncoded(cur[:0])
 		buf, _ = e.AppendJSON(buf[:0], cur)
 	}
+}
+
+// TestInt64AsStrings: every 64-bit integer on the stream is a JSON string,
+// as protojson renders int64 on REST, so a client has one parser for both.
+func TestInt64AsStrings(t *testing.T) {
+	chatID := uuid.New()
+	queued := int64(9007199254740993) // 2^53+1: a JS number would round it
+	m, err := encodeMessage(chatID, msgRow{ID: 9007199254740993, Role: "assistant", QueuedMessageID: &queued,
+		Content: json.RawMessage(`[{"type":"text","text":"hi"}]`), Usage: json.RawMessage(`{"prompt_tokens":12,"output_tokens":3}`)})
+	require.NoError(t, err)
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Equal(t, "9007199254740993", got["id"])
+	require.Equal(t, "9007199254740993", got["queued_message_id"])
+	require.Equal(t, map[string]any{"prompt_tokens": "12", "output_tokens": "3"}, got["usage"])
+
+	qs, err := encodeQueue([]queries.ChatQueuedMessage{{ID: 5, ChatID: chatID, Position: 2, Content: json.RawMessage(`[{"type":"text","text":"q"}]`)}})
+	require.NoError(t, err)
+	b, err = json.Marshal(qs[0])
+	require.NoError(t, err)
+	got = nil
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Equal(t, "5", got["id"])
+	require.Equal(t, "2", got["position"])
+
+	e := Event{Type: TypeMessagePart, ChatID: chatID, Payload: MessagePart{Role: "assistant",
+		Part: json.RawMessage(`{"type":"text","text":"x"}`), HistoryVersion: 3, GenerationAttempt: 4, Seq: 12}}
+	b, err = e.AppendJSON(nil, []byte("c"))
+	require.NoError(t, err)
+	var ev struct {
+		MessagePart map[string]any `json:"message_part"`
+	}
+	require.NoError(t, json.Unmarshal(b, &ev))
+	require.Equal(t, "3", ev.MessagePart["history_version"])
+	require.Equal(t, "4", ev.MessagePart["generation_attempt"])
+	require.Equal(t, "12", ev.MessagePart["seq"])
 }

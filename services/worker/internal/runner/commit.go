@@ -3,14 +3,10 @@ package runner
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
-	"net"
-	"strings"
-
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 )
 
 // commit applies fn as one fenced bundle (update) and, when the database
@@ -59,26 +55,5 @@ func transientDBError(err error) bool {
 			return false
 		}
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "40001", // serialization_failure
-			"40P01", // deadlock_detected
-			"55P03", // lock_not_available: lock_timeout
-			"57014", // query_canceled: statement_timeout (a cancelled ctx is handled before)
-			"57P01", // admin_shutdown: pg_terminate_backend, a stopping server
-			"57P02", // crash_shutdown
-			"57P03", // cannot_connect_now: a starting server
-			"25006": // read_only_sql_transaction: a primary demoted by a failover
-			return true
-		}
-		// Connection exceptions and insufficient resources (too many
-		// connections, out of memory or disk).
-		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "53")
-	}
-	var netErr net.Error
-	var connectErr *pgconn.ConnectError
-	return pgconn.Timeout(err) || pgconn.SafeToRetry(err) ||
-		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.As(err, &netErr) || errors.As(err, &connectErr)
+	return dbpool.Transient(err)
 }
