@@ -30,6 +30,12 @@ rm -f pkg/gen/chatd/v1/*.pb.go pkg/gen/chatd/v1/*.pb.gw.go pkg/gen/openapi/*.swa
 
 bin/buf generate
 
+# The file endpoints are plain HTTP handlers, not gRPC methods, so the
+# generated document does not know them: merge their hand-written paths
+# (proto/chatd/v1/files_openapi.json) into it.
+(cd tools && GOWORK=off go build -o ../bin/ ./openapimerge)
+bin/openapimerge pkg/gen/openapi/chatd.swagger.json proto/chatd/v1/files_openapi.json
+
 # go:embed only reaches files in the embedding package's directory, so the
 # OpenAPI document gets a tiny package of its own.
 cat > pkg/gen/openapi/openapi.go <<'GO'

@@ -69,7 +69,7 @@ func TestUploadValidation(t *testing.T) {
 	require.Equal(t, http.StatusCreated, ok.code, "%s", ok.raw)
 	require.Equal(t, "notes.txt", ok.str("name"))
 	require.Equal(t, "text/plain", ok.str("media_type"))
-	require.EqualValues(t, 5, ok.body["size"])
+	require.Equal(t, "5", ok.body["size"], "a 64-bit integer is a JSON string")
 
 	for _, c := range []struct {
 		name, file, mediaType, body string

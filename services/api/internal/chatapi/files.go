@@ -40,6 +40,9 @@ type FilesHandler struct {
 	MaxBytes int64
 	Log      *slog.Logger
 	Now      func() time.Time
+	// Limit is the per-user request rate shared with the gRPC API; nil
+	// allows everything.
+	Limit *RateLimiter
 }
 
 // uploadedFile is the JSON of an upload.
@@ -47,7 +50,7 @@ type uploadedFile struct {
 	ID        uuid.UUID  `json:"id"`
 	Name      string     `json:"name"`
 	MediaType string     `json:"media_type"`
-	Size      int64      `json:"size"`
+	Size      int64      `json:"size,string"` // a string, like every 64-bit integer of the API
 	ChatID    *uuid.UUID `json:"chat_id,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 }
@@ -67,6 +70,9 @@ func (h *FilesHandler) claims(w http.ResponseWriter, r *http.Request) (auth.Clai
 	}
 	if err != nil {
 		writeJSONError(w, http.StatusUnauthorized, codes.Unauthenticated, "", err.Error())
+		return auth.Claims{}, false
+	}
+	if !h.Limit.allowHTTP(w, c) {
 		return auth.Claims{}, false
 	}
 	return c, true

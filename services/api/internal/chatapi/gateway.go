@@ -164,6 +164,9 @@ func writeError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w h
 		msg = decodeMessage(msg)
 	}
 	reason, detail := reasonOf(st)
+	if ra := retryAfter(st); ra != "" {
+		w.Header().Set("Retry-After", ra)
+	}
 	httperror.Write(w, httperror.Error{Status: httpStatus(st, reason), Code: st.Code(), Reason: reason, Message: msg, Detail: detail})
 }
 
