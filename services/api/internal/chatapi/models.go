@@ -287,14 +287,14 @@ func (s *Server) CreateModelConfig(ctx context.Context, req *chatdv1.CreateModel
 	if err != nil {
 		return nil, err
 	}
-	provider, err := parseID("provider_id", req.GetProviderId())
-	if err != nil {
-		return nil, err
-	}
 	if err := checkLengths(
 		lengthCap{field: "display_name", value: &req.DisplayName, max: maxDisplayNameRunes},
 		lengthCap{field: "model", value: &req.Model, max: maxModelNameRunes},
 	); err != nil {
+		return nil, err
+	}
+	provider, err := parseID("provider_id", req.GetProviderId())
+	if err != nil {
 		return nil, err
 	}
 	opts, err := optionsJSON(req.GetOptions())
