@@ -3,7 +3,9 @@
 // document's own order and adding the fragment's entries after it, so
 // `make proto` stays reproducible. scripts/buf-generate.sh runs it to
 // document the REST endpoints that are plain HTTP handlers rather than
-// gRPC methods (uploads and downloads, /api/v2/files).
+// gRPC methods (uploads and downloads, /api/v2/files). A path the document
+// already has is an error; a definition it already has (the error body)
+// keeps the document's.
 //
 // Usage: openapimerge <document.json> <fragment.json>  (rewrites the document)
 package main
@@ -54,6 +56,9 @@ func run(docPath, fragPath string) error {
 		}
 		for _, kv := range extra {
 			if _, dup := base.get(kv.key); dup {
+				if section == "definitions" {
+					continue // a shared definition (the error body): the document's wins
+				}
 				return fmt.Errorf("%s %q is in both %s and %s", section, kv.key, docPath, fragPath)
 			}
 			base = append(base, kv)

@@ -241,7 +241,7 @@ func TestOpenAPIDocument(t *testing.T) {
 	require.True(t, ok, "GET /api/v2/files/{file} is documented")
 	require.Contains(t, download.Responses, "404")
 	require.Contains(t, doc.Definitions, "UploadedFile")
-	require.Contains(t, doc.Definitions, "ErrorBody")
+	require.Contains(t, doc.Definitions, "Error")
 
 	list := doc.Paths["/api/v2/chats/{chat_id}/messages"]["get"]
 	var params []string
