@@ -50,7 +50,7 @@ type uploadedFile struct {
 	ID        uuid.UUID  `json:"id"`
 	Name      string     `json:"name"`
 	MediaType string     `json:"media_type"`
-	Size      int64      `json:"size,string"` // a string, like every 64-bit integer of the API
+	Size      int64      `json:"size,string"` // a 64-bit integer: a JSON string, as everywhere
 	ChatID    *uuid.UUID `json:"chat_id,omitempty"`
 	CreatedAt time.Time  `json:"created_at"`
 }

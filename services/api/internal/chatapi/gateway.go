@@ -159,14 +159,14 @@ func writeError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w h
 		return
 	}
 	st := status.Convert(err)
+	if ra := retryAfter(st); ra != "" { // a RetryInfo: the rate limit's refusal
+		w.Header().Set("Retry-After", ra)
+	}
 	msg := st.Message()
 	if st.Code() == codes.InvalidArgument {
 		msg = decodeMessage(msg)
 	}
 	reason, detail := reasonOf(st)
-	if ra := retryAfter(st); ra != "" {
-		w.Header().Set("Retry-After", ra)
-	}
 	httperror.Write(w, httperror.Error{Status: httpStatus(st, reason), Code: st.Code(), Reason: reason, Message: msg, Detail: detail})
 }
 
