@@ -31,9 +31,12 @@ rm -f pkg/gen/chatd/v1/*.pb.go pkg/gen/chatd/v1/*.pb.gw.go pkg/gen/openapi/*.swa
 
 bin/buf generate
 
-# The generator assumes google.rpc.Status for errors; chatd answers with its
-# own body (pkg/httperror). openapi-finish rewrites the document in place.
-bin/openapi-finish pkg/gen/openapi/chatd.swagger.json
+# openapi-finish completes the generated document: the file endpoints are
+# plain HTTP handlers, not gRPC methods, so their hand-written paths
+# (proto/chatd/v1/files_openapi.json) are merged in; and the generator
+# assumes google.rpc.Status for errors, while chatd answers with its own
+# body (pkg/httperror).
+bin/openapi-finish pkg/gen/openapi/chatd.swagger.json proto/chatd/v1/files_openapi.json
 
 # go:embed only reaches files in the embedding package's directory, so the
 # OpenAPI document gets a tiny package of its own.

@@ -54,6 +54,7 @@ func chatActions() []*chatAction {
 		{name: "new", args: "[--model ID] [--title T] [--json] [text... | -]", summary: "Create a chat, optionally with a first message, and print its ID.", flags: chatNewFlags},
 		{name: "send", args: "<chat> [--interrupt | --queue] [--json] <text... | ->", summary: "Send a message (queued behind a running turn unless --interrupt).", flags: chatSendFlags},
 		{name: "watch", args: "<chat> [--cursor C] [--until-idle]", summary: "Stream the chat to the terminal as it is written.", flags: chatWatchFlags},
+		{name: "history", args: "<chat> [--page-size N] [--json]", summary: "Print the chat's whole transcript, read a page at a time.", flags: chatHistoryFlags},
 		{name: "list", args: "[--archived] [--json]", summary: "List your chats: ID, title, status, last update.", flags: chatListFlags},
 		{name: "interrupt", args: "<chat>", summary: "Interrupt the chat's running turn.", flags: chatInterruptFlags},
 		{name: "archive", args: "<chat> [--unarchive]", summary: "Archive (or unarchive) the chat and its family.", flags: chatArchiveFlags},
@@ -366,6 +367,39 @@ func chatListFlags(fs *flag.FlagSet) func(context.Context, *chatRun, []string) i
 		if err := tw.Flush(); err != nil {
 			return exitFailed
 		}
+		return exitOK
+	}
+}
+
+func chatHistoryFlags(fs *flag.FlagSet) func(context.Context, *chatRun, []string) int {
+	pageSize := fs.Int("page-size", 200, "Messages per request (1 to 1000).")
+	asJSON := fs.Bool("json", false, "Print the messages as a JSON array.")
+	return func(ctx context.Context, x *chatRun, args []string) int {
+		chatID, args, ok := x.chatID(args)
+		if !ok {
+			return exitUsage
+		}
+		if len(args) > 0 {
+			return x.usageError("unexpected argument %q.", args[0])
+		}
+		if *pageSize < 1 || *pageSize > 1000 {
+			return x.usageError("--page-size must be between 1 and 1000.")
+		}
+		msgs, raws, err := x.client.listMessages(ctx, chatID, *pageSize)
+		if err != nil {
+			return x.fail(err)
+		}
+		if *asJSON {
+			if raws == nil {
+				raws = []json.RawMessage{}
+			}
+			return x.printJSON(raws)
+		}
+		r := &renderer{out: x.e.stdout}
+		for _, m := range msgs {
+			r.message(m)
+		}
+		r.endLine()
 		return exitOK
 	}
 }

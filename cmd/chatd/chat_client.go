@@ -255,6 +255,36 @@ func (c *chatClient) listChats(ctx context.Context, archived bool) ([]chatInfo, 
 	}
 }
 
+// listMessages is GET /api/v2/chats/{chat}/messages, every page from the
+// start of the chat (after=0, then each page's newer_after).
+func (c *chatClient) listMessages(ctx context.Context, chatID string, pageSize int) ([]chatMessage, []json.RawMessage, error) {
+	var msgs []chatMessage
+	var raws []json.RawMessage
+	after := "0"
+	for {
+		q := url.Values{"after": {after}, "page_size": {fmt.Sprint(pageSize)}}
+		var page struct {
+			Messages   []json.RawMessage `json:"messages"`
+			NewerAfter json.Number       `json:"newer_after"`
+		}
+		if err := c.do(ctx, http.MethodGet, "/api/v2/chats/"+chatID+"/messages", q, nil, &page); err != nil {
+			return nil, nil, err
+		}
+		for _, raw := range page.Messages {
+			var m chatMessage
+			if err := json.Unmarshal(raw, &m); err != nil {
+				return nil, nil, err
+			}
+			msgs, raws = append(msgs, m), append(raws, raw)
+		}
+		next := page.NewerAfter.String()
+		if next == "" || next == "0" || next == after {
+			return msgs, raws, nil
+		}
+		after = next
+	}
+}
+
 // interruptChat is POST /api/v2/chats/{chat}/interrupt.
 func (c *chatClient) interruptChat(ctx context.Context, chatID string) (chatInfo, error) {
 	var ch chatInfo

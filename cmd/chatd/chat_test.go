@@ -56,6 +56,20 @@ func TestChatAgainstStack(t *testing.T) {
 	require.Equal(t, 1, strings.Count(stdout, "tok1 tok2 tok3 tok4 tok5"), stdout)
 	require.Regexp(t, `\n> ::reply from stdin\n(\[running\]\n)?from stdin\n\[waiting\]\n$`, stdout)
 
+	// history prints the whole transcript, one message per request here
+	// (four messages: two prompts, two replies), as text and as JSON.
+	code, stdout, stderr = chat("history", chatID, "--page-size", "1")
+	require.Equal(t, exitOK, code, stderr)
+	require.Regexp(t, `^> ::stream 5 0\ntok1 tok2 tok3 tok4 tok5\n> ::reply from stdin\nfrom stdin\n$`, stdout)
+	code, stdout, stderr = chat("history", chatID, "--json", "--page-size", "3")
+	require.Equal(t, exitOK, code, stderr)
+	var history []map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout), &history), stdout)
+	require.Len(t, history, 4, stdout)
+	code, _, stderr = chat("history", chatID, "--page-size", "0")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "--page-size must be between 1 and 1000.")
+
 	// list shows it, as a table and as JSON.
 	code, stdout, stderr = chat("list")
 	require.Equal(t, exitOK, code, stderr)

@@ -21,10 +21,9 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -38,21 +37,30 @@ var ErrRefused = errors.New("outbound address refused")
 type Policy struct {
 	// DenyPrivate refuses loopback, private and shared addresses too.
 	DenyPrivate bool
+	// process, set only by Default, reads DenyPrivate from the process's
+	// setting at each check instead (so a policy taken before the settings
+	// were parsed, by a package variable, still follows them).
+	process bool
 }
 
-var (
-	defaultOnce   sync.Once
-	defaultPolicy Policy
-)
+// processDenyPrivate is the process's CHATD_OUTBOUND_DENY_PRIVATE, set by
+// SetDenyPrivate (pkg/service does, from the parsed settings).
+var processDenyPrivate atomic.Bool
 
-// Default is the process's policy, from CHATD_OUTBOUND_DENY_PRIVATE
-// (read once; "true" or "1" turns DenyPrivate on).
-func Default() Policy {
-	defaultOnce.Do(func() {
-		v, _ := strconv.ParseBool(strings.TrimSpace(os.Getenv(DenyPrivateEnv)))
-		defaultPolicy = Policy{DenyPrivate: v}
-	})
-	return defaultPolicy
+// SetDenyPrivate sets the process's policy: pkg/service calls it with the
+// parsed CHATD_OUTBOUND_DENY_PRIVATE before a service runs.
+func SetDenyPrivate(deny bool) { processDenyPrivate.Store(deny) }
+
+// Default is the process's policy: DenyPrivate as SetDenyPrivate last set
+// it (false until then).
+func Default() Policy { return Policy{process: true} }
+
+// denyPrivate is the DenyPrivate p applies.
+func (p Policy) denyPrivate() bool {
+	if p.process {
+		return processDenyPrivate.Load()
+	}
+	return p.DenyPrivate
 }
 
 func refused(format string, args ...any) error {
@@ -121,7 +129,7 @@ func (p Policy) CheckAddr(addr netip.Addr) error {
 		return refused("%s is a cloud metadata address", addr)
 	case addr.IsUnspecified(), addr.IsMulticast(), addr.IsInterfaceLocalMulticast():
 		return refused("%s is not a unicast address", addr)
-	case p.DenyPrivate && (addr.IsLoopback() || addr.IsPrivate() || sharedSpace.Contains(addr)):
+	case p.denyPrivate() && (addr.IsLoopback() || addr.IsPrivate() || sharedSpace.Contains(addr)):
 		return refused("%s is a loopback or private address, which %s=true refuses", addr, DenyPrivateEnv)
 	}
 	return nil

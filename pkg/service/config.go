@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/chatd/chatd/pkg/db/dbpool"
+	"github.com/chatd/chatd/pkg/outbound"
 )
 
 // Default values of the common settings.
@@ -29,6 +30,10 @@ type Common struct {
 	// ShutdownTimeout bounds the graceful stop after SIGTERM
 	// (CHATD_SHUTDOWN_TIMEOUT).
 	ShutdownTimeout time.Duration
+	// OutboundDenyPrivate refuses loopback and private addresses for the
+	// URLs chatd dials on a tenant's behalf (CHATD_OUTBOUND_DENY_PRIVATE;
+	// pkg/outbound). Main applies it to the process before Run.
+	OutboundDenyPrivate bool
 	// MetricsAddr is where a separate HTTP listener serves /metrics
 	// (CHATD_METRICS_ADDR); only read by services that call DeclareMetrics.
 	MetricsAddr string
@@ -50,6 +55,8 @@ func (c *Common) DeclareCommon(v *Vars, grpcAddr string) {
 		"Lowest log level written: debug, info, warn or error.")
 	v.Duration(&c.ShutdownTimeout, "CHATD_SHUTDOWN_TIMEOUT", DefaultShutdownTimeout,
 		"How long a graceful stop may wait for open calls after SIGTERM before closing them.")
+	v.Bool(&c.OutboundDenyPrivate, outbound.DenyPrivateEnv, false,
+		"Refuse loopback, private (RFC 1918, fc00::/7) and shared addresses for model providers' and MCP servers' URLs, at create/update and at dial time (the api and the worker read it; link-local and metadata addresses are always refused).")
 	c.declareDatabase(v)
 }
 

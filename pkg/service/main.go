@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/chatd/chatd/pkg/outbound"
 	"github.com/chatd/chatd/pkg/telemetry"
 )
 
@@ -59,6 +60,9 @@ func Main(p Program, args []string, lookupEnv func(string) (string, bool), stdou
 		fmt.Fprintf(stderr, "Run '%s --help' to list every setting.\n", program)
 		return ExitUsage
 	}
+
+	// The outbound URL policy is process-wide (pkg/outbound.Default).
+	outbound.SetDenyPrivate(p.Config.Base().OutboundDenyPrivate)
 
 	// JSON lines; a line logged with a span's context carries its trace_id
 	// and span_id.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/pkg/outbound"
 	"github.com/chatd/chatd/pkg/service"
 )
 
@@ -103,4 +104,37 @@ func TestMainProgram(t *testing.T) {
 		require.Equal(t, service.ExitFailed, code)
 		require.Contains(t, stderr.String(), `"msg":"failed","service":"test","error":"no luck"`)
 	})
+}
+
+// TestMainAppliesOutboundPolicy: CHATD_OUTBOUND_DENY_PRIVATE is a setting
+// like the others (flag, validation) and Main applies it to the process's
+// outbound policy before Run. Not parallel: the policy is process-wide.
+func TestMainAppliesOutboundPolicy(t *testing.T) {
+	defer outbound.SetDenyPrivate(false)
+	run := func(args []string, environ ...string) (code int, loopbackErr error, stderr string) {
+		var out, errOut bytes.Buffer
+		code = service.Main(service.Program{
+			Name: "test", Summary: "The test service.", Config: &mainConfig{},
+			Run: func(context.Context, *slog.Logger) error {
+				loopbackErr = outbound.Default().CheckURL("http://127.0.0.1:11434/v1")
+				return nil
+			},
+		}, args, env(environ...), &out, &errOut)
+		return code, loopbackErr, errOut.String()
+	}
+	code, err, stderr := run(nil, "CHATD_OUTBOUND_DENY_PRIVATE=true")
+	require.Equal(t, service.ExitOK, code, stderr)
+	require.ErrorIs(t, err, outbound.ErrRefused, "loopback is refused with the setting on")
+
+	code, err, stderr = run([]string{"--outbound-deny-private=false"}, "CHATD_OUTBOUND_DENY_PRIVATE=true")
+	require.Equal(t, service.ExitOK, code, stderr)
+	require.NoError(t, err, "the flag overrides the environment")
+
+	code, err, _ = run(nil)
+	require.Equal(t, service.ExitOK, code)
+	require.NoError(t, err, "off by default: local model servers are allowed")
+
+	code, _, stderr = run(nil, "CHATD_OUTBOUND_DENY_PRIVATE=maybe")
+	require.Equal(t, service.ExitUsage, code)
+	require.Contains(t, stderr, `CHATD_OUTBOUND_DENY_PRIVATE: "maybe" is not true or false`)
 }

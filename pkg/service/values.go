@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"strconv"
@@ -95,6 +96,36 @@ func (v *Vars) Duration(p *time.Duration, env string, def time.Duration, usage s
 			return fmt.Errorf("%s is not positive", d)
 		}
 		*p = d
+		return nil
+	})
+}
+
+// Bool declares a true/false setting (true, false, 1, 0, yes, no, on, off).
+func (v *Vars) Bool(p *bool, env string, def bool, usage string) {
+	v.Var(env, strconv.FormatBool(def), usage, func(raw string) error {
+		switch strings.ToLower(strings.TrimSpace(raw)) {
+		case "true", "1", "yes", "on":
+			*p = true
+		case "false", "0", "no", "off":
+			*p = false
+		default:
+			return fmt.Errorf("%q is not true or false", raw)
+		}
+		return nil
+	})
+}
+
+// Float declares a number setting no smaller than min.
+func (v *Vars) Float(p *float64, env string, def, min float64, usage string) {
+	v.Var(env, strconv.FormatFloat(def, 'f', -1, 64), usage, func(raw string) error {
+		f, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("%q is not a number", raw)
+		}
+		if f < min {
+			return fmt.Errorf("%s is below the minimum of %s", strconv.FormatFloat(f, 'f', -1, 64), strconv.FormatFloat(min, 'f', -1, 64))
+		}
+		*p = f
 		return nil
 	})
 }

@@ -1,13 +1,19 @@
 // Command openapi-finish completes the OpenAPI document protoc-gen-openapiv2
 // writes (pkg/gen/openapi/chatd.swagger.json) with what the generator cannot
-// know: the error body every chatd HTTP endpoint answers with, instead of
-// the google.rpc.Status the generator assumes for grpc-gateway.
+// know:
+//   - the paths and definitions of hand-written fragments, for the REST
+//     endpoints that are plain HTTP handlers rather than gRPC methods
+//     (uploads and downloads, proto/chatd/v1/files_openapi.json); a path
+//     the document already has is an error, a definition it already has
+//     keeps the document's;
+//   - the error body every chatd HTTP endpoint answers with, instead of the
+//     google.rpc.Status the generator assumes for grpc-gateway.
 //
 // It keeps the generator's key order and indentation, so the document's diff
 // shows only what this step changed, and the output is byte-for-byte
 // reproducible (make check-generated).
 //
-// Usage: openapi-finish pkg/gen/openapi/chatd.swagger.json
+// Usage: openapi-finish <document.json> [fragment.json...]  (rewrites the document)
 package main
 
 import (
@@ -19,28 +25,29 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: openapi-finish <swagger.json>")
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: openapi-finish <document.json> [fragment.json...]")
 		os.Exit(2)
 	}
-	if err := finish(os.Args[1]); err != nil {
+	if err := finish(os.Args[1], os.Args[2:]); err != nil {
 		fmt.Fprintf(os.Stderr, "openapi-finish: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func finish(path string) error {
-	raw, err := os.ReadFile(path)
+func finish(path string, fragments []string) error {
+	root, err := readObject(path)
 	if err != nil {
 		return err
 	}
-	doc, err := decode(json.NewDecoder(bytes.NewReader(raw)))
-	if err != nil {
-		return fmt.Errorf("parse %s: %w", path, err)
-	}
-	root, ok := doc.(*object)
-	if !ok {
-		return fmt.Errorf("%s: the document is not a JSON object", path)
+	for _, f := range fragments {
+		frag, err := readObject(f)
+		if err != nil {
+			return err
+		}
+		if err := merge(root, frag); err != nil {
+			return fmt.Errorf("merge %s into %s: %w", f, path, err)
+		}
 	}
 	if err := useErrorBody(root); err != nil {
 		return err
@@ -49,6 +56,47 @@ func finish(path string) error {
 	encode(&out, root, "")
 	out.WriteByte('\n')
 	return os.WriteFile(path, out.Bytes(), 0o644)
+}
+
+func readObject(path string) (*object, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	v, err := decode(json.NewDecoder(bytes.NewReader(raw)))
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	o, ok := v.(*object)
+	if !ok {
+		return nil, fmt.Errorf("%s: the document is not a JSON object", path)
+	}
+	return o, nil
+}
+
+// merge adds frag's paths and definitions to doc, after doc's own.
+func merge(doc, frag *object) error {
+	for _, section := range []string{"paths", "definitions"} {
+		extra, ok := frag.get(section).(*object)
+		if !ok {
+			continue
+		}
+		base, ok := doc.get(section).(*object)
+		if !ok {
+			base = &object{}
+			doc.set(section, base)
+		}
+		for i, k := range extra.keys {
+			if base.get(k) != nil {
+				if section == "definitions" {
+					continue // a shared definition (the error body): the document's wins
+				}
+				return fmt.Errorf("%s %q is in both", section, k)
+			}
+			base.set(k, extra.values[i])
+		}
+	}
+	return nil
 }
 
 // errorDefinition is chatd's error body (pkg/httperror), the same on the

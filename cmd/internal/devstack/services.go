@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/chatd/chatd/pkg/outbound"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/services/api/apiserver"
 	"github.com/chatd/chatd/services/relay/relayserver"
@@ -78,6 +79,9 @@ func newServices(env settings, network *service.InProcess) ([]hosted, error) {
 		}
 	}
 	apiCfg := api.Config.(*apiserver.Config)
+	// service.Main applies the outbound policy to a service's process; the
+	// stack's services share this one.
+	outbound.SetDenyPrivate(apiCfg.OutboundDenyPrivate)
 	apiCfg.Embedded = service.Embedded{GRPCListener: network.Listen(apiGRPC), HTTPListener: network.Listen(apiHTTP)}
 
 	workerCfg := worker.Config.(*workerserver.Config)

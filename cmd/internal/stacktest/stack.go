@@ -67,6 +67,10 @@ type Options struct {
 	// Env holds extra KEY=value settings for every service (before the
 	// per-service ones), e.g. CHATD_EXPERIMENTS.
 	Env []string
+	// APIEnv holds extra KEY=value settings for the api, after the stack's
+	// own (which turn the per-user request rate off: tests poll faster
+	// than a person clicks), e.g. CHATD_RATE_LIMIT_PER_SECOND=5.
+	APIEnv []string
 	// RelayEnv holds extra KEY=value settings for the relay, e.g.
 	// CHATD_METRICS_ADDR.
 	RelayEnv []string
@@ -113,7 +117,7 @@ func StartWith(t testing.TB, o Options) *Stack {
 	s.RelayGRPC = servicetest.FreeAddr(t)
 
 	s.API = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/api")),
-		env("CHATD_HTTP_ADDR="+s.APIHTTP, "CHATD_GRPC_ADDR="+servicetest.FreeAddr(t)))
+		env(append([]string{"CHATD_HTTP_ADDR=" + s.APIHTTP, "CHATD_GRPC_ADDR=" + servicetest.FreeAddr(t), "CHATD_RATE_LIMIT_PER_SECOND=0"}, o.APIEnv...)...))
 	workerBin := servicetest.Build(t, filepath.Join(root, "services/worker"))
 	for i := 0; i < o.Workers; i++ {
 		addr := servicetest.FreeAddr(t)

@@ -56,3 +56,27 @@ ORDER BY calls.message_id, calls.ord;
 SELECT * FROM chat_messages
 WHERE chat_id = @chat_id AND NOT deleted AND visibility <> 'model'
 ORDER BY id;
+
+-- name: ChatMessagePageBefore :many
+-- A page of the visible transcript ending before @before_id (the newest
+-- page when it is NULL), newest first: the caller reverses it.
+SELECT * FROM chat_messages
+WHERE chat_id = @chat_id AND NOT deleted AND visibility <> 'model'
+  AND (sqlc.narg(before_id)::bigint IS NULL OR id < sqlc.narg(before_id)::bigint)
+ORDER BY id DESC
+LIMIT @page_limit;
+
+-- name: ChatMessagePageAfter :many
+-- A page of the visible transcript starting after @after_id, oldest first.
+SELECT * FROM chat_messages
+WHERE chat_id = @chat_id AND NOT deleted AND visibility <> 'model'
+  AND id > @after_id
+ORDER BY id
+LIMIT @page_limit;
+
+-- name: ChatMessageVisibleBounds :one
+-- The first and last visible message IDs (0 and 0 for an empty transcript),
+-- so a page can say whether older and newer pages exist.
+SELECT COALESCE(MIN(id), 0)::bigint AS first_id, COALESCE(MAX(id), 0)::bigint AS last_id
+FROM chat_messages
+WHERE chat_id = @chat_id AND NOT deleted AND visibility <> 'model';

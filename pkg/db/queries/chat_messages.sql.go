@@ -286,6 +286,109 @@ func (q *Queries) ChatMessageOpenToolCalls(ctx context.Context, chatID uuid.UUID
 	return items, nil
 }
 
+const chatMessagePageAfter = `-- name: ChatMessagePageAfter :many
+SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id FROM chat_messages
+WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model'
+  AND id > $2
+ORDER BY id
+LIMIT $3
+`
+
+type ChatMessagePageAfterParams struct {
+	ChatID    uuid.UUID
+	AfterID   int64
+	PageLimit int32
+}
+
+// A page of the visible transcript starting after @after_id, oldest first.
+func (q *Queries) ChatMessagePageAfter(ctx context.Context, arg ChatMessagePageAfterParams) ([]ChatMessage, error) {
+	rows, err := q.db.Query(ctx, chatMessagePageAfter, arg.ChatID, arg.AfterID, arg.PageLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChatMessage
+	for rows.Next() {
+		var i ChatMessage
+		if err := rows.Scan(
+			&i.ID,
+			&i.ChatID,
+			&i.Role,
+			&i.Content,
+			&i.Visibility,
+			&i.Compressed,
+			&i.Deleted,
+			&i.QueuedMessageID,
+			&i.Revision,
+			&i.ModelConfigID,
+			&i.ReasoningEffort,
+			&i.Usage,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.TurnID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const chatMessagePageBefore = `-- name: ChatMessagePageBefore :many
+SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id FROM chat_messages
+WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model'
+  AND ($2::bigint IS NULL OR id < $2::bigint)
+ORDER BY id DESC
+LIMIT $3
+`
+
+type ChatMessagePageBeforeParams struct {
+	ChatID    uuid.UUID
+	BeforeID  *int64
+	PageLimit int32
+}
+
+// A page of the visible transcript ending before @before_id (the newest
+// page when it is NULL), newest first: the caller reverses it.
+func (q *Queries) ChatMessagePageBefore(ctx context.Context, arg ChatMessagePageBeforeParams) ([]ChatMessage, error) {
+	rows, err := q.db.Query(ctx, chatMessagePageBefore, arg.ChatID, arg.BeforeID, arg.PageLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChatMessage
+	for rows.Next() {
+		var i ChatMessage
+		if err := rows.Scan(
+			&i.ID,
+			&i.ChatID,
+			&i.Role,
+			&i.Content,
+			&i.Visibility,
+			&i.Compressed,
+			&i.Deleted,
+			&i.QueuedMessageID,
+			&i.Revision,
+			&i.ModelConfigID,
+			&i.ReasoningEffort,
+			&i.Usage,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.TurnID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const chatMessageSoftDeleteFrom = `-- name: ChatMessageSoftDeleteFrom :execrows
 UPDATE chat_messages SET deleted = true
 WHERE chat_id = $1 AND id >= $2 AND NOT deleted
@@ -303,4 +406,24 @@ func (q *Queries) ChatMessageSoftDeleteFrom(ctx context.Context, arg ChatMessage
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const chatMessageVisibleBounds = `-- name: ChatMessageVisibleBounds :one
+SELECT COALESCE(MIN(id), 0)::bigint AS first_id, COALESCE(MAX(id), 0)::bigint AS last_id
+FROM chat_messages
+WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model'
+`
+
+type ChatMessageVisibleBoundsRow struct {
+	FirstID int64
+	LastID  int64
+}
+
+// The first and last visible message IDs (0 and 0 for an empty transcript),
+// so a page can say whether older and newer pages exist.
+func (q *Queries) ChatMessageVisibleBounds(ctx context.Context, chatID uuid.UUID) (ChatMessageVisibleBoundsRow, error) {
+	row := q.db.QueryRow(ctx, chatMessageVisibleBounds, chatID)
+	var i ChatMessageVisibleBoundsRow
+	err := row.Scan(&i.FirstID, &i.LastID)
+	return i, err
 }

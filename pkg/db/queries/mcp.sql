@@ -11,7 +11,11 @@ RETURNING *;
 SELECT * FROM chat_mcp_servers WHERE id = @id AND organization_id = @organization_id;
 
 -- name: MCPServerList :many
-SELECT * FROM chat_mcp_servers WHERE organization_id = @organization_id ORDER BY name;
+-- By name (unique in the organization), keyset-paginated on it.
+SELECT * FROM chat_mcp_servers
+WHERE organization_id = @organization_id AND name > @after_name
+ORDER BY name
+LIMIT @page_limit;
 
 -- name: MCPServerListEnabled :many
 -- The servers a chat of the organization connects to, in name order.

@@ -104,11 +104,21 @@ func (q *Queries) MCPServerInsert(ctx context.Context, arg MCPServerInsertParams
 }
 
 const mCPServerList = `-- name: MCPServerList :many
-SELECT id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at FROM chat_mcp_servers WHERE organization_id = $1 ORDER BY name
+SELECT id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at FROM chat_mcp_servers
+WHERE organization_id = $1 AND name > $2
+ORDER BY name
+LIMIT $3
 `
 
-func (q *Queries) MCPServerList(ctx context.Context, organizationID uuid.UUID) ([]ChatMcpServer, error) {
-	rows, err := q.db.Query(ctx, mCPServerList, organizationID)
+type MCPServerListParams struct {
+	OrganizationID uuid.UUID
+	AfterName      string
+	PageLimit      int32
+}
+
+// By name (unique in the organization), keyset-paginated on it.
+func (q *Queries) MCPServerList(ctx context.Context, arg MCPServerListParams) ([]ChatMcpServer, error) {
+	rows, err := q.db.Query(ctx, mCPServerList, arg.OrganizationID, arg.AfterName, arg.PageLimit)
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,10 @@ RETURNING *;
 SELECT * FROM chat_projects WHERE id = @id;
 
 -- name: ProjectListByOwner :many
--- Oldest first: a user has few projects, so there is no pagination.
+-- Oldest first, keyset-paginated on (created_at, id).
 SELECT * FROM chat_projects
 WHERE owner_id = @owner_id AND organization_id = @organization_id
-ORDER BY created_at, id;
+  AND (sqlc.narg(after_created_at)::timestamptz IS NULL
+       OR (created_at, id) > (sqlc.narg(after_created_at)::timestamptz, sqlc.narg(after_id)::uuid))
+ORDER BY created_at, id
+LIMIT @page_limit;

@@ -65,17 +65,29 @@ func (q *Queries) ProjectInsert(ctx context.Context, arg ProjectInsertParams) (C
 const projectListByOwner = `-- name: ProjectListByOwner :many
 SELECT id, organization_id, owner_id, name, created_at FROM chat_projects
 WHERE owner_id = $1 AND organization_id = $2
+  AND ($3::timestamptz IS NULL
+       OR (created_at, id) > ($3::timestamptz, $4::uuid))
 ORDER BY created_at, id
+LIMIT $5
 `
 
 type ProjectListByOwnerParams struct {
 	OwnerID        uuid.UUID
 	OrganizationID uuid.UUID
+	AfterCreatedAt *time.Time
+	AfterID        *uuid.UUID
+	PageLimit      int32
 }
 
-// Oldest first: a user has few projects, so there is no pagination.
+// Oldest first, keyset-paginated on (created_at, id).
 func (q *Queries) ProjectListByOwner(ctx context.Context, arg ProjectListByOwnerParams) ([]ChatProject, error) {
-	rows, err := q.db.Query(ctx, projectListByOwner, arg.OwnerID, arg.OrganizationID)
+	rows, err := q.db.Query(ctx, projectListByOwner,
+		arg.OwnerID,
+		arg.OrganizationID,
+		arg.AfterCreatedAt,
+		arg.AfterID,
+		arg.PageLimit,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,14 @@ type Config struct {
 	// MaxAttachmentsPerChat and MaxAttachmentBytes bound attachments.
 	MaxAttachmentsPerChat int
 	MaxAttachmentBytes    int
+	// MaxMessageParts and MaxMessageFiles bound one message.
+	MaxMessageParts int
+	MaxMessageFiles int
+	// RateLimitPerSecond and RateLimitBurst are the per-user request rate.
+	RateLimitPerSecond float64
+	RateLimitBurst     int
+	// MaxTitleGenerations bounds concurrent background title generations.
+	MaxTitleGenerations int
 	// RequiresActionTimeout is the dynamic-tool deadline.
 	RequiresActionTimeout time.Duration
 	// Hooks are the lifecycle hook settings (CHATD_HOOK_*).
@@ -59,6 +67,16 @@ func (c *Config) Declare(v *service.Vars) {
 		"Most files a chat holds; attaching more evicts the chat's earliest uploads (their messages show them as expired).")
 	v.Int(&c.MaxAttachmentBytes, "CHATD_MAX_ATTACHMENT_BYTES", chatapi.DefaultMaxAttachmentBytes, 1,
 		"Largest upload accepted by POST /api/v2/files, in bytes (413 beyond it).")
+	v.Int(&c.MaxMessageParts, "CHATD_MAX_MESSAGE_PARTS", chatapi.DefaultMaxMessageParts, 1,
+		"Most parts one message (or one tool-results call) may carry (413 beyond it).")
+	v.Int(&c.MaxMessageFiles, "CHATD_MAX_MESSAGE_FILES", chatapi.DefaultMaxMessageFiles, 1,
+		"Most file parts one message may carry (413 beyond it).")
+	v.Float(&c.RateLimitPerSecond, "CHATD_RATE_LIMIT_PER_SECOND", chatapi.DefaultRateLimitPerSecond, 0,
+		"Average REST/gRPC requests a second each user may make in one organization (429 with Retry-After beyond it); 0 is no limit.")
+	v.Int(&c.RateLimitBurst, "CHATD_RATE_LIMIT_BURST", chatapi.DefaultRateLimitBurst, 1,
+		"Requests a user may make at once above CHATD_RATE_LIMIT_PER_SECOND (the token bucket's size).")
+	v.Int(&c.MaxTitleGenerations, "CHATD_MAX_TITLE_GENERATIONS", chatapi.DefaultMaxTitleGenerations, 1,
+		"Background title generations running at once; a chat created while all are busy keeps its fallback title.")
 	v.Duration(&c.RequiresActionTimeout, "CHATD_REQUIRES_ACTION_TIMEOUT", chatstate.DefaultRequiresActionTimeout,
 		"How long a chat waits for dynamic tool results before the worker cancels the calls.")
 	v.Var(cors.Env, "", cors.Usage, func(raw string) (err error) { c.CORS, err = cors.Parse(raw); return err })
@@ -106,6 +124,9 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		Config: chatapi.Config{
 			MaxMessageBytes: cfg.MaxMessageBytes, MaxQueuedMessages: cfg.MaxQueuedMessages,
 			MaxAttachmentsPerChat: cfg.MaxAttachmentsPerChat, MaxAttachmentBytes: int64(cfg.MaxAttachmentBytes),
+			MaxMessageParts: cfg.MaxMessageParts, MaxMessageFiles: cfg.MaxMessageFiles,
+			RateLimitPerSecond: cfg.RateLimitPerSecond, RateLimitBurst: cfg.RateLimitBurst,
+			MaxTitleGenerations: cfg.MaxTitleGenerations,
 		},
 		DatabaseURL:           cfg.DatabaseURL,
 		DB:                    cfg.DB,

@@ -476,8 +476,18 @@ func (x *UpdateChatResponse) GetChat() *Chat {
 }
 
 type ListMessagesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ChatId        string                 `protobuf:"bytes,1,opt,name=chat_id,json=chatId,proto3" json:"chat_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	ChatId string                 `protobuf:"bytes,1,opt,name=chat_id,json=chatId,proto3" json:"chat_id,omitempty"`
+	// The page's maximum number of messages: default 200 (when 0), at most
+	// 1000; a larger value is refused (400).
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// When set, the newest messages whose ID is below this message ID (the
+	// page before it). Pass a response's older_before to go back in history.
+	Before *int64 `protobuf:"varint,3,opt,name=before,proto3,oneof" json:"before,omitempty"`
+	// When set, the oldest messages whose ID is above this message ID (the
+	// page after it); 0 reads from the start of the chat. Pass a response's
+	// newer_after to go forward. before and after cannot both be set.
+	After         *int64 `protobuf:"varint,4,opt,name=after,proto3,oneof" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -519,12 +529,41 @@ func (x *ListMessagesRequest) GetChatId() string {
 	return ""
 }
 
+func (x *ListMessagesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListMessagesRequest) GetBefore() int64 {
+	if x != nil && x.Before != nil {
+		return *x.Before
+	}
+	return 0
+}
+
+func (x *ListMessagesRequest) GetAfter() int64 {
+	if x != nil && x.After != nil {
+		return *x.After
+	}
+	return 0
+}
+
 type ListMessagesResponse struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Messages       []*Message             `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
-	QueuedMessages []*QueuedMessage       `protobuf:"bytes,2,rep,name=queued_messages,json=queuedMessages,proto3" json:"queued_messages,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The page's messages, oldest first.
+	Messages []*Message `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// The whole queue, in order, with every page (a chat's queue is short).
+	QueuedMessages []*QueuedMessage `protobuf:"bytes,2,rep,name=queued_messages,json=queuedMessages,proto3" json:"queued_messages,omitempty"`
+	// When non-zero, older messages exist: pass this as before for the page
+	// before this one (it is the ID of this page's first message).
+	OlderBefore int64 `protobuf:"varint,3,opt,name=older_before,json=olderBefore,proto3" json:"older_before,omitempty"`
+	// When non-zero, newer messages exist: pass this as after for the page
+	// after this one (it is the ID of this page's last message).
+	NewerAfter    int64 `protobuf:"varint,4,opt,name=newer_after,json=newerAfter,proto3" json:"newer_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListMessagesResponse) Reset() {
@@ -569,6 +608,20 @@ func (x *ListMessagesResponse) GetQueuedMessages() []*QueuedMessage {
 		return x.QueuedMessages
 	}
 	return nil
+}
+
+func (x *ListMessagesResponse) GetOlderBefore() int64 {
+	if x != nil {
+		return x.OlderBefore
+	}
+	return 0
+}
+
+func (x *ListMessagesResponse) GetNewerAfter() int64 {
+	if x != nil {
+		return x.NewerAfter
+	}
+	return 0
 }
 
 type SendMessageRequest struct {
@@ -1612,7 +1665,12 @@ func (x *ListModelsResponse) GetUnsupportedProviderTypes() []string {
 }
 
 type ListProvidersRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The page's maximum number of providers: default 50 (when 0), at most 200.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// An opaque token from a previous response's next_page_token; empty for
+	// the first page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1647,9 +1705,25 @@ func (*ListProvidersRequest) Descriptor() ([]byte, []int) {
 	return file_chatd_v1_chat_service_proto_rawDescGZIP(), []int{30}
 }
 
+func (x *ListProvidersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListProvidersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListProvidersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Providers     []*Provider            `protobuf:"bytes,1,rep,name=providers,proto3" json:"providers,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Providers []*Provider            `protobuf:"bytes,1,rep,name=providers,proto3" json:"providers,omitempty"`
+	// The token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1689,6 +1763,13 @@ func (x *ListProvidersResponse) GetProviders() []*Provider {
 		return x.Providers
 	}
 	return nil
+}
+
+func (x *ListProvidersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type CreateProviderRequest struct {
@@ -2019,8 +2100,14 @@ func (*DeleteProviderResponse) Descriptor() ([]byte, []int) {
 type ListModelConfigsRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	OrganizationId string                 `protobuf:"bytes,1,opt,name=organization_id,json=organizationId,proto3" json:"organization_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The page's maximum number of model configs: default 50 (when 0), at
+	// most 200.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// An opaque token from a previous response's next_page_token; empty for
+	// the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListModelConfigsRequest) Reset() {
@@ -2060,9 +2147,25 @@ func (x *ListModelConfigsRequest) GetOrganizationId() string {
 	return ""
 }
 
+func (x *ListModelConfigsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListModelConfigsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListModelConfigsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ModelConfigs  []*ModelConfig         `protobuf:"bytes,1,rep,name=model_configs,json=modelConfigs,proto3" json:"model_configs,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ModelConfigs []*ModelConfig         `protobuf:"bytes,1,rep,name=model_configs,json=modelConfigs,proto3" json:"model_configs,omitempty"`
+	// The token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2102,6 +2205,13 @@ func (x *ListModelConfigsResponse) GetModelConfigs() []*ModelConfig {
 		return x.ModelConfigs
 	}
 	return nil
+}
+
+func (x *ListModelConfigsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type CreateModelConfigRequest struct {
@@ -2554,12 +2664,20 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\t_archivedB\b\n" +
 	"\x06_title\"8\n" +
 	"\x12UpdateChatResponse\x12\"\n" +
-	"\x04chat\x18\x01 \x01(\v2\x0e.chatd.v1.ChatR\x04chat\".\n" +
+	"\x04chat\x18\x01 \x01(\v2\x0e.chatd.v1.ChatR\x04chat\"\x98\x01\n" +
 	"\x13ListMessagesRequest\x12\x17\n" +
-	"\achat_id\x18\x01 \x01(\tR\x06chatId\"\x87\x01\n" +
+	"\achat_id\x18\x01 \x01(\tR\x06chatId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1b\n" +
+	"\x06before\x18\x03 \x01(\x03H\x00R\x06before\x88\x01\x01\x12\x19\n" +
+	"\x05after\x18\x04 \x01(\x03H\x01R\x05after\x88\x01\x01B\t\n" +
+	"\a_beforeB\b\n" +
+	"\x06_after\"\xcb\x01\n" +
 	"\x14ListMessagesResponse\x12-\n" +
 	"\bmessages\x18\x01 \x03(\v2\x11.chatd.v1.MessageR\bmessages\x12@\n" +
-	"\x0fqueued_messages\x18\x02 \x03(\v2\x17.chatd.v1.QueuedMessageR\x0equeuedMessages\"\xbc\x02\n" +
+	"\x0fqueued_messages\x18\x02 \x03(\v2\x17.chatd.v1.QueuedMessageR\x0equeuedMessages\x12!\n" +
+	"\folder_before\x18\x03 \x01(\x03R\volderBefore\x12\x1f\n" +
+	"\vnewer_after\x18\x04 \x01(\x03R\n" +
+	"newerAfter\"\xbc\x02\n" +
 	"\x12SendMessageRequest\x12\x17\n" +
 	"\achat_id\x18\x01 \x01(\tR\x06chatId\x12/\n" +
 	"\acontent\x18\x02 \x03(\v2\x15.chatd.v1.MessagePartR\acontent\x12#\n" +
@@ -2624,10 +2742,14 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\x12ListModelsResponse\x12:\n" +
 	"\rmodel_configs\x18\x01 \x03(\v2\x15.chatd.v1.ModelConfigR\fmodelConfigs\x12:\n" +
 	"\tproviders\x18\x02 \x03(\v2\x1c.chatd.v1.ProviderDescriptorR\tproviders\x12<\n" +
-	"\x1aunsupported_provider_types\x18\x03 \x03(\tR\x18unsupportedProviderTypes\"\x16\n" +
-	"\x14ListProvidersRequest\"I\n" +
+	"\x1aunsupported_provider_types\x18\x03 \x03(\tR\x18unsupportedProviderTypes\"R\n" +
+	"\x14ListProvidersRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"q\n" +
 	"\x15ListProvidersResponse\x120\n" +
-	"\tproviders\x18\x01 \x03(\v2\x12.chatd.v1.ProviderR\tproviders\"\xbe\x01\n" +
+	"\tproviders\x18\x01 \x03(\v2\x12.chatd.v1.ProviderR\tproviders\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbe\x01\n" +
 	"\x15CreateProviderRequest\x12#\n" +
 	"\rprovider_type\x18\x01 \x01(\tR\fproviderType\x12!\n" +
 	"\fdisplay_name\x18\x02 \x01(\tR\vdisplayName\x12\x19\n" +
@@ -2656,11 +2778,15 @@ const file_chatd_v1_chat_service_proto_rawDesc = "" +
 	"\x15DeleteProviderRequest\x12\x1f\n" +
 	"\vprovider_id\x18\x01 \x01(\tR\n" +
 	"providerId\"\x18\n" +
-	"\x16DeleteProviderResponse\"B\n" +
+	"\x16DeleteProviderResponse\"~\n" +
 	"\x17ListModelConfigsRequest\x12'\n" +
-	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\"V\n" +
+	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"~\n" +
 	"\x18ListModelConfigsResponse\x12:\n" +
-	"\rmodel_configs\x18\x01 \x03(\v2\x15.chatd.v1.ModelConfigR\fmodelConfigs\"\xa7\x03\n" +
+	"\rmodel_configs\x18\x01 \x03(\v2\x15.chatd.v1.ModelConfigR\fmodelConfigs\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xa7\x03\n" +
 	"\x18CreateModelConfigRequest\x12'\n" +
 	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12\x1f\n" +
 	"\vprovider_id\x18\x02 \x01(\tR\n" +
@@ -2932,6 +3058,7 @@ func file_chatd_v1_chat_service_proto_init() {
 	file_chatd_v1_chat_service_proto_msgTypes[0].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[4].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[6].OneofWrappers = []any{}
+	file_chatd_v1_chat_service_proto_msgTypes[8].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[10].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[12].OneofWrappers = []any{}
 	file_chatd_v1_chat_service_proto_msgTypes[32].OneofWrappers = []any{}

@@ -67,8 +67,10 @@ type ChatServiceClient interface {
 	// UpdateChat sets archived (SetArchived on the whole family) and/or the
 	// title. PATCH /api/v2/chats/{chat}
 	UpdateChat(ctx context.Context, in *UpdateChatRequest, opts ...grpc.CallOption) (*UpdateChatResponse, error)
-	// ListMessages returns the history and the queue.
-	// GET /api/v2/chats/{chat}/messages
+	// ListMessages returns a page of the history (oldest first within the
+	// page) and the whole queue. Without before or after it is the newest page;
+	// older_before and newer_after in the response fetch the neighbouring pages.
+	// GET /api/v2/chats/{chat}/messages?page_size=&before=&after=
 	ListMessages(ctx context.Context, in *ListMessagesRequest, opts ...grpc.CallOption) (*ListMessagesResponse, error)
 	// SendMessage sends or queues a user message (SendMessage).
 	// POST /api/v2/chats/{chat}/messages
@@ -104,8 +106,9 @@ type ChatServiceClient interface {
 	// the deployment's providers as the caller sees them.
 	// GET /api/v2/organizations/{organization}/chats/models
 	ListModels(ctx context.Context, in *ListModelsRequest, opts ...grpc.CallOption) (*ListModelsResponse, error)
-	// ListProviders lists the deployment's providers (administrators).
-	// GET /api/v2/chats/providers
+	// ListProviders lists the deployment's providers (administrators), oldest
+	// first, a page at a time.
+	// GET /api/v2/chats/providers?page_size=&page_token=
 	ListProviders(ctx context.Context, in *ListProvidersRequest, opts ...grpc.CallOption) (*ListProvidersResponse, error)
 	// CreateProvider adds a deployment provider. POST /api/v2/chats/providers
 	CreateProvider(ctx context.Context, in *CreateProviderRequest, opts ...grpc.CallOption) (*CreateProviderResponse, error)
@@ -115,8 +118,10 @@ type ChatServiceClient interface {
 	// DeleteProvider removes a provider and its model configs.
 	// DELETE /api/v2/chats/providers/{provider}
 	DeleteProvider(ctx context.Context, in *DeleteProviderRequest, opts ...grpc.CallOption) (*DeleteProviderResponse, error)
-	// ListModelConfigs lists the organization's model configs (administrators).
-	// GET /api/v2/organizations/{organization}/chats/model-configs
+	// ListModelConfigs lists the organization's model configs, oldest first, a
+	// page at a time. Any member of the organization may call it (the chat
+	// composer's model picker uses it); providers' keys are never part of it.
+	// GET /api/v2/organizations/{organization}/chats/model-configs?page_size=&page_token=
 	ListModelConfigs(ctx context.Context, in *ListModelConfigsRequest, opts ...grpc.CallOption) (*ListModelConfigsResponse, error)
 	// CreateModelConfig adds a model config to the organization.
 	// POST /api/v2/organizations/{organization}/chats/model-configs
@@ -142,7 +147,8 @@ type ChatServiceClient interface {
 	DeleteCompactionModelOverride(ctx context.Context, in *DeleteCompactionModelOverrideRequest, opts ...grpc.CallOption) (*DeleteCompactionModelOverrideResponse, error)
 	// CreateProject creates a project of the caller. POST /api/v2/projects
 	CreateProject(ctx context.Context, in *CreateProjectRequest, opts ...grpc.CallOption) (*CreateProjectResponse, error)
-	// ListProjects lists the caller's projects. GET /api/v2/projects
+	// ListProjects lists the caller's projects, oldest first, a page at a time.
+	// GET /api/v2/projects?page_size=&page_token=
 	ListProjects(ctx context.Context, in *ListProjectsRequest, opts ...grpc.CallOption) (*ListProjectsResponse, error)
 }
 
@@ -452,8 +458,10 @@ type ChatServiceServer interface {
 	// UpdateChat sets archived (SetArchived on the whole family) and/or the
 	// title. PATCH /api/v2/chats/{chat}
 	UpdateChat(context.Context, *UpdateChatRequest) (*UpdateChatResponse, error)
-	// ListMessages returns the history and the queue.
-	// GET /api/v2/chats/{chat}/messages
+	// ListMessages returns a page of the history (oldest first within the
+	// page) and the whole queue. Without before or after it is the newest page;
+	// older_before and newer_after in the response fetch the neighbouring pages.
+	// GET /api/v2/chats/{chat}/messages?page_size=&before=&after=
 	ListMessages(context.Context, *ListMessagesRequest) (*ListMessagesResponse, error)
 	// SendMessage sends or queues a user message (SendMessage).
 	// POST /api/v2/chats/{chat}/messages
@@ -489,8 +497,9 @@ type ChatServiceServer interface {
 	// the deployment's providers as the caller sees them.
 	// GET /api/v2/organizations/{organization}/chats/models
 	ListModels(context.Context, *ListModelsRequest) (*ListModelsResponse, error)
-	// ListProviders lists the deployment's providers (administrators).
-	// GET /api/v2/chats/providers
+	// ListProviders lists the deployment's providers (administrators), oldest
+	// first, a page at a time.
+	// GET /api/v2/chats/providers?page_size=&page_token=
 	ListProviders(context.Context, *ListProvidersRequest) (*ListProvidersResponse, error)
 	// CreateProvider adds a deployment provider. POST /api/v2/chats/providers
 	CreateProvider(context.Context, *CreateProviderRequest) (*CreateProviderResponse, error)
@@ -500,8 +509,10 @@ type ChatServiceServer interface {
 	// DeleteProvider removes a provider and its model configs.
 	// DELETE /api/v2/chats/providers/{provider}
 	DeleteProvider(context.Context, *DeleteProviderRequest) (*DeleteProviderResponse, error)
-	// ListModelConfigs lists the organization's model configs (administrators).
-	// GET /api/v2/organizations/{organization}/chats/model-configs
+	// ListModelConfigs lists the organization's model configs, oldest first, a
+	// page at a time. Any member of the organization may call it (the chat
+	// composer's model picker uses it); providers' keys are never part of it.
+	// GET /api/v2/organizations/{organization}/chats/model-configs?page_size=&page_token=
 	ListModelConfigs(context.Context, *ListModelConfigsRequest) (*ListModelConfigsResponse, error)
 	// CreateModelConfig adds a model config to the organization.
 	// POST /api/v2/organizations/{organization}/chats/model-configs
@@ -527,7 +538,8 @@ type ChatServiceServer interface {
 	DeleteCompactionModelOverride(context.Context, *DeleteCompactionModelOverrideRequest) (*DeleteCompactionModelOverrideResponse, error)
 	// CreateProject creates a project of the caller. POST /api/v2/projects
 	CreateProject(context.Context, *CreateProjectRequest) (*CreateProjectResponse, error)
-	// ListProjects lists the caller's projects. GET /api/v2/projects
+	// ListProjects lists the caller's projects, oldest first, a page at a time.
+	// GET /api/v2/projects?page_size=&page_token=
 	ListProjects(context.Context, *ListProjectsRequest) (*ListProjectsResponse, error)
 	mustEmbedUnimplementedChatServiceServer()
 }

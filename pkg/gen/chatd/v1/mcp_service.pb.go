@@ -141,8 +141,13 @@ func (x *McpServer) GetUpdatedAt() *timestamppb.Timestamp {
 type ListMcpServersRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	OrganizationId string                 `protobuf:"bytes,1,opt,name=organization_id,json=organizationId,proto3" json:"organization_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The page's maximum number of servers: default 50 (when 0), at most 200.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// An opaque token from a previous response's next_page_token; empty for
+	// the first page.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListMcpServersRequest) Reset() {
@@ -182,9 +187,25 @@ func (x *ListMcpServersRequest) GetOrganizationId() string {
 	return ""
 }
 
+func (x *ListMcpServersRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListMcpServersRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListMcpServersResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	McpServers    []*McpServer           `protobuf:"bytes,1,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	McpServers []*McpServer           `protobuf:"bytes,1,rep,name=mcp_servers,json=mcpServers,proto3" json:"mcp_servers,omitempty"`
+	// The token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -224,6 +245,13 @@ func (x *ListMcpServersResponse) GetMcpServers() []*McpServer {
 		return x.McpServers
 	}
 	return nil
+}
+
+func (x *ListMcpServersResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetMcpServerRequest struct {
@@ -696,12 +724,16 @@ const file_chatd_v1_mcp_service_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"@\n" +
+	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"|\n" +
 	"\x15ListMcpServersRequest\x12'\n" +
-	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\"N\n" +
+	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"v\n" +
 	"\x16ListMcpServersResponse\x124\n" +
 	"\vmcp_servers\x18\x01 \x03(\v2\x13.chatd.v1.McpServerR\n" +
-	"mcpServers\"b\n" +
+	"mcpServers\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"b\n" +
 	"\x13GetMcpServerRequest\x12'\n" +
 	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12\"\n" +
 	"\rmcp_server_id\x18\x02 \x01(\tR\vmcpServerId\"J\n" +

@@ -35,8 +35,9 @@ const (
 // streamable HTTP transport and offer its tools to the model, each named
 // <server name>__<tool name>. The HTTP mapping lives in chatd_http.yaml.
 type McpServerServiceClient interface {
-	// ListMcpServers lists the organization's MCP servers, by name.
-	// GET /api/v2/organizations/{organization}/chats/mcp-servers
+	// ListMcpServers lists the organization's MCP servers, by name, a page at
+	// a time.
+	// GET /api/v2/organizations/{organization}/chats/mcp-servers?page_size=&page_token=
 	ListMcpServers(ctx context.Context, in *ListMcpServersRequest, opts ...grpc.CallOption) (*ListMcpServersResponse, error)
 	// GetMcpServer returns one MCP server.
 	// GET /api/v2/organizations/{organization}/chats/mcp-servers/{mcp_server}
@@ -119,8 +120,9 @@ func (c *mcpServerServiceClient) DeleteMcpServer(ctx context.Context, in *Delete
 // streamable HTTP transport and offer its tools to the model, each named
 // <server name>__<tool name>. The HTTP mapping lives in chatd_http.yaml.
 type McpServerServiceServer interface {
-	// ListMcpServers lists the organization's MCP servers, by name.
-	// GET /api/v2/organizations/{organization}/chats/mcp-servers
+	// ListMcpServers lists the organization's MCP servers, by name, a page at
+	// a time.
+	// GET /api/v2/organizations/{organization}/chats/mcp-servers?page_size=&page_token=
 	ListMcpServers(context.Context, *ListMcpServersRequest) (*ListMcpServersResponse, error)
 	// GetMcpServer returns one MCP server.
 	// GET /api/v2/organizations/{organization}/chats/mcp-servers/{mcp_server}

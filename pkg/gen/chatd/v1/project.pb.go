@@ -192,7 +192,12 @@ func (x *CreateProjectResponse) GetProject() *Project {
 }
 
 type ListProjectsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The page's maximum number of projects: default 50 (when 0), at most 200.
+	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// An opaque token from a previous response's next_page_token; empty for
+	// the first page.
+	PageToken     string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -227,10 +232,26 @@ func (*ListProjectsRequest) Descriptor() ([]byte, []int) {
 	return file_chatd_v1_project_proto_rawDescGZIP(), []int{3}
 }
 
+func (x *ListProjectsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListProjectsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListProjectsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The caller's projects in their organization, oldest first.
-	Projects      []*Project `protobuf:"bytes,1,rep,name=projects,proto3" json:"projects,omitempty"`
+	Projects []*Project `protobuf:"bytes,1,rep,name=projects,proto3" json:"projects,omitempty"`
+	// The token of the next page; empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -272,6 +293,13 @@ func (x *ListProjectsResponse) GetProjects() []*Project {
 	return nil
 }
 
+func (x *ListProjectsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_chatd_v1_project_proto protoreflect.FileDescriptor
 
 const file_chatd_v1_project_proto_rawDesc = "" +
@@ -287,10 +315,14 @@ const file_chatd_v1_project_proto_rawDesc = "" +
 	"\x14CreateProjectRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"D\n" +
 	"\x15CreateProjectResponse\x12+\n" +
-	"\aproject\x18\x01 \x01(\v2\x11.chatd.v1.ProjectR\aproject\"\x15\n" +
-	"\x13ListProjectsRequest\"E\n" +
+	"\aproject\x18\x01 \x01(\v2\x11.chatd.v1.ProjectR\aproject\"Q\n" +
+	"\x13ListProjectsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"m\n" +
 	"\x14ListProjectsResponse\x12-\n" +
-	"\bprojects\x18\x01 \x03(\v2\x11.chatd.v1.ProjectR\bprojectsB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
+	"\bprojects\x18\x01 \x03(\v2\x11.chatd.v1.ProjectR\bprojects\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageTokenB1Z/github.com/chatd/chatd/pkg/gen/chatd/v1;chatdv1b\x06proto3"
 
 var (
 	file_chatd_v1_project_proto_rawDescOnce sync.Once

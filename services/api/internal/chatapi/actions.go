@@ -47,6 +47,10 @@ func (s *Server) SubmitToolResults(ctx context.Context, req *chatdv1.SubmitToolR
 	if len(req.GetResults()) == 0 {
 		return nil, invalid("results must answer every pending tool call")
 	}
+	if n := len(req.GetResults()); n > s.cfg.MaxMessageParts {
+		return nil, statusError(codes.ResourceExhausted, ReasonPayloadTooLarge,
+			fmt.Sprintf("there are %d tool results; the limit is %d", n, s.cfg.MaxMessageParts))
+	}
 	results := make([]chatstate.ToolResult, 0, len(req.GetResults()))
 	size := 0
 	for i, r := range req.GetResults() {

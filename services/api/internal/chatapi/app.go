@@ -103,12 +103,14 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 		Logger:          log,
 		CORS:            cfg.CORS,
 		ServerOptions: []grpc.ServerOption{
-			grpc.ChainUnaryInterceptor(verifier.UnaryServerInterceptor(), ValidateTextUnary()),
+			// The rate limit runs after authentication (its bucket is the
+			// caller's) and before anything reads the request.
+			grpc.ChainUnaryInterceptor(verifier.UnaryServerInterceptor(), srv.limit.UnaryInterceptor(), ValidateTextUnary()),
 			grpc.ChainStreamInterceptor(verifier.StreamServerInterceptor(), ValidateTextStream()),
 		},
 		Register: func(s *grpc.Server, mux *http.ServeMux) error {
 			if mux != nil {
-				files := &FilesHandler{Q: queries.New(pool), Verifier: verifier, MaxBytes: srv.maxAttachmentBytes(), Log: log}
+				files := &FilesHandler{Q: queries.New(pool), Verifier: verifier, MaxBytes: srv.maxAttachmentBytes(), Log: log, Limit: srv.limit}
 				files.Register(mux)
 			}
 			chatdv1.RegisterChatServiceServer(s, srv)

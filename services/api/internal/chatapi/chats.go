@@ -2,14 +2,11 @@ package chatapi
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chatd/chatd/pkg/chatfiles"
@@ -251,12 +248,6 @@ func (s *Server) GetChat(ctx context.Context, req *chatdv1.GetChatRequest) (*cha
 	return &chatdv1.GetChatResponse{Chat: pc}, nil
 }
 
-// Page sizes for ListChats.
-const (
-	defaultPageSize = 50
-	maxPageSize     = 200
-)
-
 // ListChats lists the caller's chats in the token's organization, newest
 // first.
 func (s *Server) ListChats(ctx context.Context, req *chatdv1.ListChatsRequest) (*chatdv1.ListChatsResponse, error) {
@@ -264,12 +255,9 @@ func (s *Server) ListChats(ctx context.Context, req *chatdv1.ListChatsRequest) (
 	if err != nil {
 		return nil, err
 	}
-	size := req.GetPageSize()
-	switch {
-	case size < 0 || size > maxPageSize:
-		return nil, invalid("page_size must be between 1 and %d", maxPageSize)
-	case size == 0:
-		size = defaultPageSize
+	size, err := pageSize(req.GetPageSize(), defaultPageSize, maxPageSize)
+	if err != nil {
+		return nil, err
 	}
 	p := queries.ChatListByOwnerParams{OwnerID: c.UserID, OrganizationID: c.OrganizationID, Archived: req.Archived, PageLimit: size + 1}
 	if req.GetPageToken() != "" {
@@ -297,31 +285,6 @@ func (s *Server) ListChats(ctx context.Context, req *chatdv1.ListChatsRequest) (
 		resp.Chats = append(resp.Chats, pc)
 	}
 	return resp, nil
-}
-
-func encodePageToken(at time.Time, id uuid.UUID) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(at.UTC().Format(time.RFC3339Nano) + "|" + id.String()))
-}
-
-func decodePageToken(tok string) (time.Time, uuid.UUID, error) {
-	bad := invalid("page_token is not one this server issued; start again without it")
-	raw, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return time.Time{}, uuid.Nil, bad
-	}
-	at, id, ok := strings.Cut(string(raw), "|")
-	if !ok {
-		return time.Time{}, uuid.Nil, bad
-	}
-	t, err := time.Parse(time.RFC3339Nano, at)
-	if err != nil {
-		return time.Time{}, uuid.Nil, bad
-	}
-	u, err := uuid.Parse(id)
-	if err != nil {
-		return time.Time{}, uuid.Nil, bad
-	}
-	return t, u, nil
 }
 
 // UpdateChat archives or unarchives the chat's whole family (SetArchived on

@@ -44,6 +44,9 @@ type FilesHandler struct {
 	MaxBytes int64
 	Log      *slog.Logger
 	Now      func() time.Time
+	// Limit is the per-user request rate shared with the gRPC API; nil
+	// allows everything.
+	Limit *RateLimiter
 }
 
 // uploadedFile is the JSON of an upload.
@@ -71,6 +74,9 @@ func (h *FilesHandler) claims(w http.ResponseWriter, r *http.Request) (auth.Clai
 	}
 	if err != nil {
 		writeJSONError(w, http.StatusUnauthorized, codes.Unauthenticated, "", err.Error())
+		return auth.Claims{}, false
+	}
+	if !h.Limit.allowHTTP(w, c) {
 		return auth.Claims{}, false
 	}
 	return c, true

@@ -159,6 +159,9 @@ func writeError(_ context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w h
 		return
 	}
 	st := status.Convert(err)
+	if ra := retryAfter(st); ra != "" { // a RetryInfo: the rate limit's refusal
+		w.Header().Set("Retry-After", ra)
+	}
 	msg := st.Message()
 	if st.Code() == codes.InvalidArgument {
 		msg = decodeMessage(msg)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/auth"
@@ -62,6 +63,18 @@ func TestHostileInput(t *testing.T) {
 		{"page_size out of range", "GET", "/api/v2/chats?page_size=99999999999", "", "page_size is out of range"},
 		{"archived not a boolean", "GET", "/api/v2/chats?archived=maybe", "", "archived must be true or false"},
 		{"NUL in a query parameter", "GET", "/api/v2/chats?page_token=%00", "", "page_token must not contain NUL bytes"},
+		{"before not a number", "GET", chat + "/messages?before=abc", "", "before must be a number"},
+		{"after out of range", "GET", chat + "/messages?after=99999999999999999999", "", "after is out of range"},
+		{"messages page too large", "GET", chat + "/messages?page_size=5000", "", "page_size must be between 1 and 1000"},
+		{"before and after", "GET", chat + "/messages?before=5&after=1", "", "before and after cannot both be set"},
+		{"forged project page_token", "GET", "/api/v2/projects?page_token=" + strings.Repeat("A", 40), "", "page_token is not one this server issued"},
+		{"forged MCP page_token", "GET", org + "/chats/mcp-servers?page_token=bmFtZXw", "", "page_token is not one this server issued"},
+		{"provider page_size wrong type", "GET", "/api/v2/chats/providers?page_size=1.5", "", "page_size must be a number"},
+		{"NUL in model configs page_token", "GET", org + "/chats/model-configs?page_token=%00", "", "page_token must not contain NUL bytes"},
+		{"huge provider display_name", "POST", "/api/v2/chats/providers", `{"provider_type":"openai","display_name":"` + strings.Repeat("x", 300<<10) + `"}`, "display_name is longer than 200 characters"},
+		{"huge model name", "POST", org + "/chats/model-configs", `{"model":"` + strings.Repeat("m", 10<<10) + `"}`, "model is longer than 200 characters"},
+		{"too many parts", "POST", "/api/v2/chats", `{"content":[` + strings.Repeat(`{"type":"text","text":"x"},`, 100) + `{"type":"text","text":"x"}]}`, "the message has 101 parts; the limit is 100"},
+		{"too many files", "POST", chat + "/messages", `{"content":[` + strings.Repeat(`{"type":"file","file_id":"`+uuid.NewString()+`"},`, 10) + `{"type":"file","file_id":"` + uuid.NewString() + `"}]}`, "the message has 11 files"},
 	}
 	count := func(table string) int {
 		var n int

@@ -75,11 +75,26 @@ func (m *MCPServers) ListMcpServers(ctx context.Context, req *chatdv1.ListMcpSer
 	if err != nil {
 		return nil, err
 	}
-	rows, err := m.s.q.MCPServerList(ctx, org)
+	size, err := pageSize(req.GetPageSize(), defaultPageSize, maxPageSize)
 	if err != nil {
-		return nil, m.s.fail(ctx, err)
+		return nil, err
 	}
-	resp := &chatdv1.ListMcpServersResponse{McpServers: make([]*chatdv1.McpServer, 0, len(rows))}
+	p := queries.MCPServerListParams{OrganizationID: org, PageLimit: size + 1}
+	if req.GetPageToken() != "" {
+		if p.AfterName, err = decodeNameToken(req.GetPageToken()); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := m.s.q.MCPServerList(ctx, p)
+	if err != nil {
+		return nil, m.s.fail(ctx, fmt.Errorf("list mcp servers: %w", err))
+	}
+	resp := &chatdv1.ListMcpServersResponse{}
+	if len(rows) > int(size) {
+		rows = rows[:size]
+		resp.NextPageToken = encodeNameToken(rows[len(rows)-1].Name)
+	}
+	resp.McpServers = make([]*chatdv1.McpServer, 0, len(rows))
 	for _, r := range rows {
 		resp.McpServers = append(resp.McpServers, mcpServerToProto(r))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -18,33 +19,66 @@ import (
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
 
-// ListMessages returns the transcript the user sees and the queue.
+// ListMessages returns a page of the transcript the user sees (the newest
+// page unless before or after is set) and the whole queue.
 func (s *Server) ListMessages(ctx context.Context, req *chatdv1.ListMessagesRequest) (*chatdv1.ListMessagesResponse, error) {
 	c, err := s.caller(ctx)
 	if err != nil {
 		return nil, err
 	}
+	size, err := pageSize(req.GetPageSize(), defaultMessagePageSize, maxMessagePageSize)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case req.Before != nil && req.After != nil:
+		return nil, invalid("before and after cannot both be set: ask for the page before one message or after one")
+	case req.Before != nil && req.GetBefore() <= 0:
+		return nil, invalid("before must be a message id (a positive number)")
+	case req.After != nil && req.GetAfter() < 0:
+		return nil, invalid("after must be a message id (a positive number) or 0 for the start of the chat")
+	}
 	chat, err := s.readChat(ctx, c, req.GetChatId())
 	if err != nil {
 		return nil, err
 	}
-	// One snapshot for both lists, so a promotion between them cannot show
-	// a message twice or not at all.
+	// One snapshot for the page, its bounds and the queue, so a promotion
+	// between them cannot show a message twice or not at all.
 	var msgs []queries.ChatMessage
 	var queue []queries.ChatQueuedMessage
+	var bounds queries.ChatMessageVisibleBoundsRow
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		q := queries.New(tx)
 		var err error
-		if msgs, err = q.ChatMessageListVisible(ctx, chat.ID); err != nil {
-			return err
+		if req.After != nil {
+			msgs, err = q.ChatMessagePageAfter(ctx, queries.ChatMessagePageAfterParams{ChatID: chat.ID, AfterID: req.GetAfter(), PageLimit: size})
+		} else {
+			msgs, err = q.ChatMessagePageBefore(ctx, queries.ChatMessagePageBeforeParams{ChatID: chat.ID, BeforeID: req.Before, PageLimit: size})
+			slices.Reverse(msgs)
 		}
-		queue, err = q.ChatQueuedMessageList(ctx, chat.ID)
-		return err
+		if err != nil {
+			return fmt.Errorf("page: %w", err)
+		}
+		if bounds, err = q.ChatMessageVisibleBounds(ctx, chat.ID); err != nil {
+			return fmt.Errorf("bounds: %w", err)
+		}
+		if queue, err = q.ChatQueuedMessageList(ctx, chat.ID); err != nil {
+			return fmt.Errorf("queue: %w", err)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, s.fail(ctx, fmt.Errorf("list messages of chat %s: %w", chat.ID, err))
 	}
 	resp := &chatdv1.ListMessagesResponse{}
+	if len(msgs) > 0 {
+		if first := msgs[0].ID; first > bounds.FirstID {
+			resp.OlderBefore = first
+		}
+		if last := msgs[len(msgs)-1].ID; last < bounds.LastID {
+			resp.NewerAfter = last
+		}
+	}
 	if resp.Messages, err = messagesToProto(msgs); err != nil {
 		return nil, s.fail(ctx, err)
 	}

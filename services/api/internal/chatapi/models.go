@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -168,15 +169,23 @@ func optionsJSON(o *structpb.Struct) (json.RawMessage, error) {
 }
 
 // ListProviders lists the deployment's providers (never their keys).
-func (s *Server) ListProviders(ctx context.Context, _ *chatdv1.ListProvidersRequest) (*chatdv1.ListProvidersResponse, error) {
+func (s *Server) ListProviders(ctx context.Context, req *chatdv1.ListProvidersRequest) (*chatdv1.ListProvidersResponse, error) {
 	if _, err := s.admin(ctx); err != nil {
 		return nil, err
 	}
-	ps, err := s.models.ListProviders(ctx)
+	size, err := pageSize(req.GetPageSize(), defaultPageSize, maxPageSize)
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.models.ListProviders(ctx)
 	if err != nil {
 		return nil, s.modelError(ctx, err)
 	}
-	resp := &chatdv1.ListProvidersResponse{}
+	ps, next, err := pageAfterKey(all, func(p modelconfig.Provider) (time.Time, uuid.UUID) { return p.CreatedAt, p.ID }, size, req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	resp := &chatdv1.ListProvidersResponse{NextPageToken: next}
 	for _, p := range ps {
 		resp.Providers = append(resp.Providers, providerToProto(p))
 	}
@@ -186,6 +195,12 @@ func (s *Server) ListProviders(ctx context.Context, _ *chatdv1.ListProvidersRequ
 // CreateProvider adds a provider.
 func (s *Server) CreateProvider(ctx context.Context, req *chatdv1.CreateProviderRequest) (*chatdv1.CreateProviderResponse, error) {
 	if _, err := s.admin(ctx); err != nil {
+		return nil, err
+	}
+	if err := checkLengths(
+		lengthCap{field: "display_name", value: &req.DisplayName, max: maxDisplayNameRunes},
+		lengthCap{field: "base_url", value: &req.BaseUrl, max: maxURLBytes, bytes: true},
+	); err != nil {
 		return nil, err
 	}
 	p, err := s.models.CreateProvider(ctx, modelconfig.ProviderCreate{
@@ -206,6 +221,12 @@ func (s *Server) UpdateProvider(ctx context.Context, req *chatdv1.UpdateProvider
 	}
 	id, err := parseID("provider_id", req.GetProviderId())
 	if err != nil {
+		return nil, err
+	}
+	if err := checkLengths(
+		lengthCap{field: "display_name", value: req.DisplayName, max: maxDisplayNameRunes},
+		lengthCap{field: "base_url", value: req.BaseUrl, max: maxURLBytes, bytes: true},
+	); err != nil {
 		return nil, err
 	}
 	upd := modelconfig.ProviderUpdate{DisplayName: req.DisplayName, BaseURL: req.BaseUrl, Enabled: req.Enabled}
@@ -241,21 +262,35 @@ func (s *Server) ListModelConfigs(ctx context.Context, req *chatdv1.ListModelCon
 	if err != nil {
 		return nil, err
 	}
-	configs, err := s.models.ListModelConfigs(ctx, org)
+	size, err := pageSize(req.GetPageSize(), defaultPageSize, maxPageSize)
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.models.ListModelConfigs(ctx, org)
 	if err != nil {
 		return nil, s.modelError(ctx, err)
+	}
+	configs, next, err := pageAfterKey(all, func(mc modelconfig.ModelConfig) (time.Time, uuid.UUID) { return mc.CreatedAt, mc.ID }, size, req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
 	out, err := s.modelConfigsToProto(ctx, configs)
 	if err != nil {
 		return nil, err
 	}
-	return &chatdv1.ListModelConfigsResponse{ModelConfigs: out}, nil
+	return &chatdv1.ListModelConfigsResponse{ModelConfigs: out, NextPageToken: next}, nil
 }
 
 // CreateModelConfig adds a model config to the organization.
 func (s *Server) CreateModelConfig(ctx context.Context, req *chatdv1.CreateModelConfigRequest) (*chatdv1.CreateModelConfigResponse, error) {
 	org, err := s.adminIn(ctx, req.GetOrganizationId())
 	if err != nil {
+		return nil, err
+	}
+	if err := checkLengths(
+		lengthCap{field: "display_name", value: &req.DisplayName, max: maxDisplayNameRunes},
+		lengthCap{field: "model", value: &req.Model, max: maxModelNameRunes},
+	); err != nil {
 		return nil, err
 	}
 	provider, err := parseID("provider_id", req.GetProviderId())
@@ -294,6 +329,12 @@ func (s *Server) UpdateModelConfig(ctx context.Context, req *chatdv1.UpdateModel
 	}
 	provider, err := parseOptionalID("provider_id", req.ProviderId)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkLengths(
+		lengthCap{field: "display_name", value: req.DisplayName, max: maxDisplayNameRunes},
+		lengthCap{field: "model", value: req.Model, max: maxModelNameRunes},
+	); err != nil {
 		return nil, err
 	}
 	opts, err := optionsJSON(req.GetOptions())

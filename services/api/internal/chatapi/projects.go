@@ -47,16 +47,34 @@ func (s *Server) CreateProject(ctx context.Context, req *chatdv1.CreateProjectRe
 }
 
 // ListProjects lists the caller's projects in their organization.
-func (s *Server) ListProjects(ctx context.Context, _ *chatdv1.ListProjectsRequest) (*chatdv1.ListProjectsResponse, error) {
+func (s *Server) ListProjects(ctx context.Context, req *chatdv1.ListProjectsRequest) (*chatdv1.ListProjectsResponse, error) {
 	c, err := s.caller(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := s.q.ProjectListByOwner(ctx, queries.ProjectListByOwnerParams{OwnerID: c.UserID, OrganizationID: c.OrganizationID})
+	size, err := pageSize(req.GetPageSize(), defaultPageSize, maxPageSize)
+	if err != nil {
+		return nil, err
+	}
+	p := queries.ProjectListByOwnerParams{OwnerID: c.UserID, OrganizationID: c.OrganizationID, PageLimit: size + 1}
+	if req.GetPageToken() != "" {
+		at, id, err := decodePageToken(req.GetPageToken())
+		if err != nil {
+			return nil, err
+		}
+		p.AfterCreatedAt, p.AfterID = &at, &id
+	}
+	rows, err := s.q.ProjectListByOwner(ctx, p)
 	if err != nil {
 		return nil, s.fail(ctx, fmt.Errorf("list projects: %w", err))
 	}
-	out := &chatdv1.ListProjectsResponse{Projects: make([]*chatdv1.Project, 0, len(rows))}
+	out := &chatdv1.ListProjectsResponse{}
+	if len(rows) > int(size) {
+		rows = rows[:size]
+		last := rows[len(rows)-1]
+		out.NextPageToken = encodePageToken(last.CreatedAt, last.ID)
+	}
+	out.Projects = make([]*chatdv1.Project, 0, len(rows))
 	for _, p := range rows {
 		out.Projects = append(out.Projects, projectToProto(p))
 	}

@@ -36,12 +36,29 @@ type Config struct {
 	// MaxAttachmentBytes bounds one upload; 0 means
 	// DefaultMaxAttachmentBytes.
 	MaxAttachmentBytes int64
+	// MaxMessageParts and MaxMessageFiles bound one message's parts and
+	// its file parts, checked before any part is looked at (413); 0 means
+	// the default.
+	MaxMessageParts int
+	MaxMessageFiles int
+	// RateLimitPerSecond and RateLimitBurst are the per-user request rate
+	// (a token bucket per user and organization; 429 with Retry-After
+	// beyond it). A RateLimitPerSecond of 0 is no limit.
+	RateLimitPerSecond float64
+	RateLimitBurst     int
+	// MaxTitleGenerations bounds the background title generations running
+	// at once; a chat created while they are all busy keeps its fallback
+	// title. 0 means the default.
+	MaxTitleGenerations int
 }
 
 // Defaults for Config.
 const (
-	DefaultMaxMessageBytes   = 256 << 10
-	DefaultMaxQueuedMessages = 50
+	DefaultMaxMessageBytes     = 256 << 10
+	DefaultMaxQueuedMessages   = 50
+	DefaultMaxMessageParts     = 100
+	DefaultMaxMessageFiles     = 10
+	DefaultMaxTitleGenerations = 8
 )
 
 // Server implements chatdv1.ChatServiceServer.
@@ -63,6 +80,8 @@ type Server struct {
 	titles titleWork
 	// hooks is the lifecycle hook dispatcher (hooks.go); nil is inactive.
 	hooks *hooks.Dispatcher
+	// limit is the per-user request rate (ratelimit.go).
+	limit *RateLimiter
 }
 
 // Deps are what a Server needs.
@@ -89,6 +108,15 @@ func New(cfg Config, d Deps) *Server {
 	if cfg.MaxQueuedMessages <= 0 {
 		cfg.MaxQueuedMessages = DefaultMaxQueuedMessages
 	}
+	if cfg.MaxMessageParts <= 0 {
+		cfg.MaxMessageParts = DefaultMaxMessageParts
+	}
+	if cfg.MaxMessageFiles <= 0 {
+		cfg.MaxMessageFiles = DefaultMaxMessageFiles
+	}
+	if cfg.MaxTitleGenerations <= 0 {
+		cfg.MaxTitleGenerations = DefaultMaxTitleGenerations
+	}
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
@@ -101,7 +129,8 @@ func New(cfg Config, d Deps) *Server {
 	return &Server{
 		cfg: cfg, pool: d.Pool, q: queries.New(d.Pool), machine: d.Machine, models: d.Models,
 		log: d.Log, newID: d.NewID, now: d.Now,
-		titles: titleWork{hooks: d.TitleHooks},
+		titles: titleWork{hooks: d.TitleHooks, max: cfg.MaxTitleGenerations},
+		limit:  NewRateLimiter(cfg.RateLimitPerSecond, cfg.RateLimitBurst, d.Now),
 		hooks:  d.Hooks,
 	}
 }

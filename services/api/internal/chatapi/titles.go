@@ -65,6 +65,9 @@ type TitleHooks struct {
 	// generated title was stored (false when a user title was there, the
 	// model gave none, or err).
 	AfterWrite func(chatID uuid.UUID, title string, applied bool, err error)
+	// Skipped runs when a chat's generation is not started: the server is
+	// closing or MaxTitleGenerations are running.
+	Skipped func(chatID uuid.UUID)
 	// Stages records the generations' background stages
 	// (titles_telemetry.go); nil uses the otel global providers.
 	Stages *telemetry.Stages
@@ -74,6 +77,10 @@ type TitleHooks struct {
 // value is ready to use.
 type titleWork struct {
 	hooks TitleHooks
+	// max bounds the generations running at once (0: no bound); running
+	// counts them.
+	max     int
+	running int
 
 	mu     sync.Mutex
 	ctx    context.Context
@@ -82,21 +89,29 @@ type titleWork struct {
 	wg     sync.WaitGroup
 }
 
-// start runs fn in the background unless the server is closing.
-func (w *titleWork) start(fn func(ctx context.Context)) {
+// start runs fn in the background unless the server is closing or max
+// generations are running; it reports whether fn was started.
+func (w *titleWork) start(fn func(ctx context.Context)) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed {
-		return
+	if w.closed || (w.max > 0 && w.running >= w.max) {
+		return false
 	}
 	if w.ctx == nil {
 		w.ctx, w.cancel = context.WithCancel(context.Background())
 	}
+	w.running++
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
+		defer func() {
+			w.mu.Lock()
+			w.running--
+			w.mu.Unlock()
+		}()
 		fn(w.ctx)
 	}()
+	return true
 }
 
 // close cancels the running generations and waits for them.
@@ -159,7 +174,13 @@ func (s *Server) startTitle(job *titleJob) {
 	if job == nil || strings.TrimSpace(job.prompt) == "" {
 		return
 	}
-	s.titles.start(func(ctx context.Context) { s.generateTitle(ctx, *job) })
+	if !s.titles.start(func(ctx context.Context) { s.generateTitle(ctx, *job) }) {
+		s.log.Info("title generation skipped: the server is closing or CHATD_MAX_TITLE_GENERATIONS are running; the chat keeps its fallback title",
+			slog.String("chat_id", job.chatID.String()))
+		if hook := s.titles.hooks.Skipped; hook != nil {
+			hook(job.chatID)
+		}
+	}
 }
 
 // generateTitle asks the model for a title and writes it as a generated

@@ -3,6 +3,7 @@ package chatapi
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc/codes"
@@ -38,8 +39,24 @@ func parseOptionalID(what string, s *string) (*uuid.UUID, error) {
 // produced by models and tools. allowEmpty lets chat creation start an
 // idle chat.
 func (s *Server) userContent(parts []*chatdv1.MessagePart, allowEmpty bool) (chatmsg.Content, error) {
+	// The caps come first, before any part is looked at (a file part costs
+	// a query later).
+	if len(parts) > s.cfg.MaxMessageParts {
+		return nil, statusError(codes.ResourceExhausted, ReasonPayloadTooLarge,
+			fmt.Sprintf("the message has %d parts; the limit is %d", len(parts), s.cfg.MaxMessageParts))
+	}
+	files := 0
+	for _, p := range parts {
+		if p.GetType() == string(chatmsg.PartFile) {
+			files++
+		}
+	}
+	if files > s.cfg.MaxMessageFiles {
+		return nil, statusError(codes.ResourceExhausted, ReasonPayloadTooLarge,
+			fmt.Sprintf("the message has %d files; the limit is %d files per message", files, s.cfg.MaxMessageFiles))
+	}
 	var content chatmsg.Content
-	size, files := 0, 0
+	size := 0
 	for i, p := range parts {
 		switch p.GetType() {
 		case string(chatmsg.PartText):
@@ -54,7 +71,6 @@ func (s *Server) userContent(parts []*chatdv1.MessagePart, allowEmpty bool) (cha
 			if _, err := uuid.Parse(p.GetFileId()); err != nil {
 				return nil, invalid("content[%d]: a file part needs the \"file_id\" of an upload (POST /api/v2/files)", i)
 			}
-			files++
 			content = append(content, chatmsg.Part{Type: chatmsg.PartFile, FileID: p.GetFileId()})
 		case string(chatmsg.PartReasoning), string(chatmsg.PartToolCall), string(chatmsg.PartToolResult):
 			return nil, invalid("content[%d]: a user message cannot carry a %q part; send text (tool results go to POST /api/v2/chats/{chat}/tool-results)", i, p.GetType())
@@ -98,4 +114,39 @@ func reasoningEffort(s *string) (*string, error) {
 		return nil, invalid("reasoning_effort %q must be one of none, minimal, low, medium, high, xhigh, max", *s)
 	}
 	return s, nil
+}
+
+// Length caps of names (in characters): what a list or a picker shows.
+const (
+	maxDisplayNameRunes = 200 // a provider's or model config's display_name
+	maxModelNameRunes   = 200 // a model config's model (the provider's model name)
+	maxURLBytes         = 2048
+)
+
+// checkLengths refuses the first set value longer than its cap, naming
+// the field and the limit; a nil value is unset (an update leaving it).
+func checkLengths(fields ...lengthCap) error {
+	for _, f := range fields {
+		if f.value == nil {
+			continue
+		}
+		if f.bytes {
+			if len(*f.value) > f.max {
+				return invalid("%s is longer than %d bytes", f.field, f.max)
+			}
+			continue
+		}
+		if utf8.RuneCountInString(*f.value) > f.max {
+			return invalid("%s is longer than %d characters", f.field, f.max)
+		}
+	}
+	return nil
+}
+
+// lengthCap is one field for checkLengths.
+type lengthCap struct {
+	field string
+	value *string
+	max   int
+	bytes bool // max counts bytes, not characters
 }
