@@ -37,32 +37,36 @@ func (c *client) close() {
 	c.sse.CloseIdleConnections()
 }
 
-// HTTPError is a non-2xx answer of the REST facade or the stream.
+// HTTPError is a non-2xx answer of the REST facade or the stream:
+// {"message", "code", "reason"}.
 type HTTPError struct {
-	Status  int
+	Status  int    // the HTTP status
+	Message string // the server's sentence
 	Reason  string // e.g. CHAT_ARCHIVED; may be empty
-	Message string
 }
 
 func (e *HTTPError) Error() string {
-	if e.Message == "" {
-		return fmt.Sprintf("HTTP %d", e.Status)
-	}
 	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
 }
 
-func readHTTPError(resp *http.Response) *HTTPError {
+// ReadHTTPError turns a non-2xx response into an *HTTPError: the body's
+// message and reason, else a short plain-text body, else the status text.
+func ReadHTTPError(resp *http.Response) *HTTPError {
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var body struct {
 		Message string `json:"message"`
 		Reason  string `json:"reason"`
 	}
 	e := &HTTPError{Status: resp.StatusCode}
-	if json.Unmarshal(raw, &body) == nil {
+	if json.Unmarshal(raw, &body) == nil && body.Message != "" {
 		e.Message, e.Reason = body.Message, body.Reason
-	}
-	if e.Message == "" {
+	} else if text := strings.TrimSpace(string(raw)); text != "" && len(text) < 200 && !strings.ContainsAny(text, "\n{<") {
+		e.Message = text
+	} else {
 		e.Message = strings.ToLower(http.StatusText(resp.StatusCode))
+		if e.Message == "" {
+			e.Message = "unexpected response"
+		}
 	}
 	return e
 }
@@ -86,7 +90,7 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return readHTTPError(resp)
+		return ReadHTTPError(resp)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("POST %s: unreadable answer: %w", path, err)
@@ -209,7 +213,7 @@ func (ch *chat) connect(ctx context.Context, c *client, cursor *string) (bool, e
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return false, readHTTPError(resp)
+		return false, ReadHTTPError(resp)
 	}
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
 		return false, &HTTPError{Status: http.StatusNotAcceptable, Message: fmt.Sprintf("the stream URL answered %q, not an event stream", ct)}
