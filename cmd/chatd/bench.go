@@ -127,8 +127,8 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	}
 	if !*quiet {
 		cfg.Progress = func(p loadgen.Progress) {
-			fmt.Fprintf(e.stderr, "chatd bench: %6.1fs  %d turns ok, %d failed, %d in flight  %.1f turns/s  first part p50 %s p99 %s\n",
-				p.Elapsed.Seconds(), p.OK, p.Failed, p.InFlight, p.TurnsPerSecond, roundMS(p.TTFTp50), roundMS(p.TTFTp99))
+			fmt.Fprintf(e.stderr, "chatd bench: %6.1fs  %d turns ok, %d failed, %d in flight  %.1f turns/s  first part p50 %.1f ms p99 %.1f ms\n",
+				p.Elapsed.Seconds(), p.OK, p.Failed, p.InFlight, p.TurnsPerSecond, msOf(p.TTFTp50), msOf(p.TTFTp99))
 		}
 	}
 	conc := cfg.Concurrency
@@ -191,7 +191,7 @@ func requireLoopback(raw string) error {
 	return fmt.Errorf("%s is not on this machine; pass --allow-remote to load-test it anyway", raw)
 }
 
-func roundMS(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // writeBenchReport prints the report for a person.
 func writeBenchReport(w io.Writer, r *loadgen.Report) {

@@ -273,7 +273,11 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 	sent, err := r.cl.send(tctx, c.id, r.cfg.Prompt)
 	if err != nil {
 		kind, retryable := postKind(ctx, err)
-		return turnResult{kind: kind, detail: err.Error(), reuse: retryable}
+		detail := err.Error()
+		if kind == "interrupted" {
+			detail = "the run was interrupted"
+		}
+		return turnResult{kind: kind, detail: detail, reuse: retryable}
 	}
 	if sent.Queued || sent.Message == nil {
 		// The chat was busy: the bench's own bookkeeping is off for it.
