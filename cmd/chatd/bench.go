@@ -52,7 +52,13 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		fmt.Fprintf(w, "message_part event; turn time: POST to the chat idle with the reply committed;\n")
 		fmt.Fprintf(w, "turns/s; failures by kind) to standard output. Only loopback URLs unless\n")
 		fmt.Fprintf(w, "--allow-remote. Exits 1 when a turn failed.\n\nFlags:\n")
-		fs.VisitAll(func(f *flag.Flag) { fmt.Fprintf(w, "  --%-13s %s\n", f.Name, f.Usage) })
+		fs.VisitAll(func(f *flag.Flag) {
+			def := ""
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" && f.Name != "prompt" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(w, "  --%-13s %s%s\n", f.Name, f.Usage, def)
+		})
 	}
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(e.stderr, "chatd bench: "+format+"\n", a...)
