@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/chatd/chatd/cmd/internal/loadgen"
 )
 
 // chatClient calls chatd's REST facade (/api/v2 on the api) and its stream
@@ -57,36 +59,10 @@ func normalizeURL(raw string) (string, error) {
 
 // apiError is an error response of the REST facade or the stream:
 // {"message", "code", "reason"}.
-type apiError struct {
-	Status  int    // the HTTP status
-	Message string // the server's sentence
-	Reason  string // e.g. CHAT_ARCHIVED; may be empty
-}
-
-func (e *apiError) Error() string {
-	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
-}
+type apiError = loadgen.HTTPError
 
 // readAPIError turns a non-2xx response into an *apiError.
-func readAPIError(resp *http.Response) *apiError {
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	var body struct {
-		Message string `json:"message"`
-		Reason  string `json:"reason"`
-	}
-	e := &apiError{Status: resp.StatusCode}
-	if json.Unmarshal(raw, &body) == nil && body.Message != "" {
-		e.Message, e.Reason = body.Message, body.Reason
-	} else if text := strings.TrimSpace(string(raw)); text != "" && len(text) < 200 && !strings.ContainsAny(text, "\n{<") {
-		e.Message = text
-	} else {
-		e.Message = strings.ToLower(http.StatusText(resp.StatusCode))
-		if e.Message == "" {
-			e.Message = "unexpected response"
-		}
-	}
-	return e
-}
+func readAPIError(resp *http.Response) *apiError { return loadgen.ReadHTTPError(resp) }
 
 // do sends a JSON request to the api and decodes a 2xx JSON answer into
 // out (unless out is nil).

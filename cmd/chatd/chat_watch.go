@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/chatd/chatd/cmd/internal/loadgen"
 )
 
 // Watch tuning.
@@ -165,7 +166,7 @@ func (w *watcher) connect(ctx context.Context) (progressed bool, err error) {
 	})
 	defer watchdog.Stop()
 
-	err = readSSE(resp.Body, func() { watchdog.Reset(w.idle) }, func(id, data string) error {
+	err = loadgen.ReadSSE(resp.Body, func() { watchdog.Reset(w.idle) }, func(id, data string) error {
 		if err := w.handle(data); err != nil {
 			return err
 		}
@@ -210,59 +211,6 @@ func (w *watcher) handle(data string) error {
 		w.failed = true
 	}
 	return nil
-}
-
-// readSSE reads Server-Sent Events from r, calling line after every line
-// and event for each dispatched event (its id and data), until r ends or
-// event fails.
-func readSSE(r io.Reader, line func(), event func(id, data string) error) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var id string
-	var data strings.Builder
-	hasData := false
-	for {
-		raw, err := br.ReadString('\n')
-		if raw == "" && err != nil {
-			return ignoreEOF(err)
-		}
-		line()
-		l := strings.TrimRight(raw, "\r\n")
-		switch {
-		case l == "":
-			if hasData {
-				if err := event(id, data.String()); err != nil {
-					return err
-				}
-			}
-			id, hasData = "", false
-			data.Reset()
-		case strings.HasPrefix(l, ":"):
-			// comment (heartbeat)
-		default:
-			field, value, _ := strings.Cut(l, ":")
-			value = strings.TrimPrefix(value, " ")
-			switch field {
-			case "id":
-				id = value
-			case "data":
-				if hasData {
-					data.WriteByte('\n')
-				}
-				data.WriteString(value)
-				hasData = true
-			}
-		}
-		if err != nil {
-			return ignoreEOF(err)
-		}
-	}
-}
-
-func ignoreEOF(err error) error {
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	return err
 }
 
 // streamEvent is one stream event: {"type", "chat_id", "<type>": payload}.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -231,18 +230,6 @@ func TestWatchEndsOnCancel(t *testing.T) {
 		}
 		require.Empty(t, errOut.String())
 	}
-}
-
-func TestReadSSE(t *testing.T) {
-	t.Parallel()
-	in := "id: 1\ndata: a\ndata: b\n\n: comment\r\n\r\nevent: x\ndata:c\r\n\r\nid: 3\n\ndata: d"
-	var got []string
-	err := readSSE(strings.NewReader(in), func() {}, func(id, data string) error {
-		got = append(got, id+"="+data)
-		return nil
-	})
-	require.NoError(t, err)
-	require.Equal(t, []string{"1=a\nb", "=c"}, got, "an unterminated event at EOF is not dispatched")
 }
 
 // A lifecycle hook's notices render as policy notices: one attached to its

@@ -62,6 +62,11 @@ const (
 	MetricTTFT               = "chatd_ttft_seconds"
 	MetricTurnOutcomes       = "chatd_turn_outcomes_total"
 	MetricStageAnomalies     = "chatd_stage_anomalies_total"
+	// MetricProviderErrors counts the provider attempts (HTTP round trips
+	// to a model provider) that failed, by provider_type, model and kind
+	// (transport, http_429, http_4xx, http_5xx); the attempts themselves
+	// are the provider_attempt observations of MetricModelStageDuration.
+	MetricProviderErrors = "chatd_provider_errors_total"
 )
 
 // Attribute keys of stage spans and metric labels.
@@ -188,6 +193,7 @@ type Stages struct {
 	ttft      metric.Float64Histogram
 	outcomes  metric.Int64Counter
 	anomalies metric.Int64Counter
+	provErrs  metric.Int64Counter
 }
 
 // StagesOptions configure NewStages.
@@ -258,6 +264,7 @@ func NewStages(o StagesOptions) *Stages {
 		ttft:      hist(MetricTTFT, "Time from opening a model request to its first streamed output part, by model."),
 		outcomes:  counter(MetricTurnOutcomes, "Closed chat turns by outcome (completed, error, interrupted, abandoned) and chat kind."),
 		anomalies: counter(MetricStageAnomalies, "Stage recording anomalies by reason (stale_anchor)."),
+		provErrs:  counter(MetricProviderErrors, "Failed provider attempts by provider type, model and kind (transport, http_429, http_4xx, http_5xx)."),
 	}
 }
 
@@ -420,6 +427,12 @@ func (st *Stage) end(end time.Time, err error, observe bool) {
 			attribute.String(AttrProviderType, st.model.ProviderType),
 			attribute.String(AttrChatKind, st.id.ChatKind), attribute.String(AttrModel, st.model.Model)))
 	}
+}
+
+// countProviderError counts one failed provider attempt on model m.
+func (s *Stages) countProviderError(m StageModel, kind string) {
+	s.provErrs.Add(context.Background(), 1, metric.WithAttributes(
+		attribute.String(AttrProviderType, m.ProviderType), attribute.String(AttrModel, m.Model), attribute.String("kind", kind)))
 }
 
 // CountTurnOutcome counts one closed turn.

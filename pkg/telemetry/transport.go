@@ -35,15 +35,25 @@ func (t attemptTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		return t.base.RoundTrip(r)
 	}
 	var opts []StageOption
-	if m, ok := StageModelFrom(ctx); ok {
+	m, ok := StageModelFrom(ctx)
+	if ok {
 		opts = append(opts, WithModel(m))
 	}
 	_, st := s.Start(ctx, StageProviderAttempt, opts...)
 	resp, err := t.base.RoundTrip(r)
 	switch {
 	case err != nil:
+		s.countProviderError(m, "transport")
 		st.End(err)
 	case resp.StatusCode >= 400:
+		kind := "http_4xx"
+		switch {
+		case resp.StatusCode == http.StatusTooManyRequests:
+			kind = "http_429"
+		case resp.StatusCode >= 500:
+			kind = "http_5xx"
+		}
+		s.countProviderError(m, kind)
 		st.SetAttributes(attribute.Int(AttrHTTPStatus, resp.StatusCode))
 		st.End(fmt.Errorf("the provider answered HTTP %d", resp.StatusCode))
 	default:

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Options are what a service adds to the Settings for one pool.
@@ -29,6 +30,9 @@ type Options struct {
 	// Tracer, when set, also traces the pool (tests install the
 	// transaction guard of pkg/db/dbtest here).
 	Tracer pgx.QueryTracer
+	// MeterProvider, when set, exports the pool's statistics (metrics.go),
+	// labelled with ApplicationName.
+	MeterProvider metric.MeterProvider
 }
 
 // Config parses connString into a pool configuration bounded by s: the
@@ -71,6 +75,12 @@ func New(ctx context.Context, connString string, s Settings, o Options) (*pgxpoo
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create Postgres pool: %w", err)
+	}
+	if o.MeterProvider != nil {
+		if err := observe(o.MeterProvider, o.ApplicationName, pool); err != nil {
+			pool.Close()
+			return nil, err
+		}
 	}
 	return pool, nil
 }

@@ -131,6 +131,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		DatabaseURL:           cfg.DatabaseURL,
 		DB:                    cfg.DB,
 		DBTracer:              cfg.Embedded.DBTracer,
+		DBMeter:               tel.MeterProvider,
 		NATSURL:               cfg.NATSURL,
 		Auth:                  auth.Config{Secret: []byte(cfg.AuthSecret), JWKSURL: cfg.JWKSURL},
 		RequiresActionTimeout: cfg.RequiresActionTimeout,

@@ -73,6 +73,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	defer stopTelemetry()
 	pool, err := dbpool.New(context.WithoutCancel(ctx), cfg.DatabaseURL, cfg.DB, dbpool.Options{
 		DefaultMaxConns: defaultDBMaxConns, ApplicationName: "chatd-relay", Tracer: cfg.Embedded.DBTracer,
+		MeterProvider: tel.MeterProvider,
 	})
 	if err != nil {
 		return err
@@ -81,6 +82,10 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 
 	srv := relay.New(relay.Options{Resolver: relay.DBResolver{Q: queries.New(pool)}, Logger: log,
 		DialOptions: cfg.Embedded.DialOptions})
+	if err := telemetry.ObserveGauge(tel.MeterProvider, telemetry.MetricRelayUpstreams,
+		"Upstream PartsService streams to workers the relay holds open.", func() int64 { return int64(srv.Upstreams()) }); err != nil {
+		return err
+	}
 	// The relay's calls never end by themselves: end them when shutdown
 	// begins, so that the graceful stop does not wait for its timeout.
 	go func() {

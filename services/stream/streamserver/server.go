@@ -104,6 +104,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	pool, err := dbpool.New(ctx, cfg.DatabaseURL, cfg.DB, dbpool.Options{
 		DefaultMaxConns: defaultDBMaxConns, ApplicationName: "chatd-stream", Tracer: cfg.Embedded.DBTracer,
+		MeterProvider: tel.MeterProvider,
 	})
 	if err != nil {
 		return err
@@ -123,6 +124,10 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	hub := parthub.New(func(chatID uuid.UUID) parthub.Upstream { return relay.New(chatID) }, parthub.Options{})
 	srv := &streamhttp.Server{Pool: pool, NATS: nc, Verifier: verifier, Log: log, Poller: poller, Done: ctx.Done(),
 		Parts: hub.Parts, WriteTimeout: cfg.WriteTimeout}
+	if err := telemetry.ObserveGauge(tel.MeterProvider, telemetry.MetricStreamWatchers,
+		"Chat streams (SSE and WebSocket connections) this replica serves.", srv.Watchers); err != nil {
+		return err
+	}
 	return service.Run(ctx, service.Options{
 		Name:            name,
 		GRPCAddr:        cfg.GRPCAddr,

@@ -172,11 +172,16 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	log = log.With("worker_id", workerID.String(), "advertise_addr", advertise,
 		"lease", cfg.Lease().String(), "drain", cfg.Drain().String())
 
+	tel, stopTelemetry, err := telemetry.StartService(ctx, name, cfg.Embedded.Hosted(), log)
+	if err != nil {
+		return err
+	}
+	defer stopTelemetry()
 	// The components outlive ctx: they keep working through the drain.
 	base := context.WithoutCancel(ctx)
 	pool, err := dbpool.New(base, cfg.DatabaseURL, cfg.DB, dbpool.Options{
 		DefaultMaxConns: DefaultDBMaxConns(cfg.MaxRootChats, cfg.MaxSubagentChats), ApplicationName: "chatd-worker",
-		Tracer: cfg.Embedded.DBTracer,
+		Tracer: cfg.Embedded.DBTracer, MeterProvider: tel.MeterProvider,
 	})
 	if err != nil {
 		return err
@@ -184,7 +189,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	defer pool.Close()
 	heartbeatPool, err := dbpool.New(base, cfg.DatabaseURL, cfg.DB, dbpool.Options{
 		MaxConns: heartbeatConns, MinConns: heartbeatConns, ApplicationName: "chatd-worker-heartbeat",
-		Tracer: cfg.Embedded.DBTracer,
+		Tracer: cfg.Embedded.DBTracer, MeterProvider: tel.MeterProvider,
 	})
 	if err != nil {
 		return err
@@ -196,11 +201,6 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	defer nc.Close()
 
-	tel, stopTelemetry, err := telemetry.StartService(ctx, name, cfg.Embedded.Hosted(), log)
-	if err != nil {
-		return err
-	}
-	defer stopTelemetry()
 	dispatcher, err := hooks.New(cfg.Hooks, hooks.WithLogger(log), hooks.WithMeter(tel.MeterProvider.Meter("github.com/chatd/chatd/pkg/hooks")))
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/auth"
@@ -34,8 +35,10 @@ type AppConfig struct {
 	// DBTracer, when set, also traces the pool (tests: the transaction
 	// guard).
 	DBTracer pgx.QueryTracer
-	NATSURL  string
-	Auth     auth.Config
+	// DBMeter, when set, exports the pool's statistics.
+	DBMeter metric.MeterProvider
+	NATSURL string
+	Auth    auth.Config
 	// RequiresActionTimeout is the dynamic-tool deadline (5m by default).
 	RequiresActionTimeout time.Duration
 	GRPCAddr, HTTPAddr    string
@@ -73,6 +76,7 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 	}
 	pool, err := dbpool.New(ctx, cfg.DatabaseURL, cfg.DB, dbpool.Options{
 		DefaultMaxConns: DefaultDBMaxConns, ApplicationName: "chatd-api", Tracer: cfg.DBTracer,
+		MeterProvider: cfg.DBMeter,
 	})
 	if err != nil {
 		return err

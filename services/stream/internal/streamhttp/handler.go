@@ -66,7 +66,12 @@ type Server struct {
 	// it — and it resumes with its cursor when it comes back. Default
 	// DefaultWriteTimeout.
 	WriteTimeout time.Duration
+
+	watchers atomic.Int64
 }
+
+// Watchers is the number of streams being served now.
+func (s *Server) Watchers() int64 { return s.watchers.Load() }
 
 // Register adds the endpoint to mux.
 func (s *Server) Register(mux *http.ServeMux) { mux.HandleFunc(Path, s.ServeHTTP) }
@@ -190,6 +195,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}, notify.KeepOptions{Subject: notify.UpdateSubject(chatID), Log: s.log()})
 	defer kept.Stop()
 
+	s.watchers.Add(1)
+	defer s.watchers.Add(-1)
 	if sse {
 		s.serveSSE(ctx, w, c)
 	} else {

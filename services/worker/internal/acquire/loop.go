@@ -272,6 +272,13 @@ func (l *Loop) Pass(ctx context.Context) (Stats, error) {
 		return st, fmt.Errorf("error listing acquisition candidates: %w", err)
 	}
 	st.Candidates = len(cands)
+	stale := 0
+	for _, c := range cands {
+		if c.WorkerID != nil {
+			stale++
+		}
+	}
+	l.metrics.found(len(cands)-stale, stale)
 	// Replicas read the same candidates; a different order per pass keeps
 	// them from queueing on the same row locks one chat after another.
 	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })

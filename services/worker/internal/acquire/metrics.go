@@ -19,6 +19,11 @@ const (
 	MetricAcquisitions = "chatd_acquisitions_total"
 	// MetricPassDuration is how long one full acquisition pass took.
 	MetricPassDuration = "chatd_acquisition_pass_duration_seconds"
+	// MetricCandidates is how many runnable chats the last pass found
+	// without a live owner (up to the batch size), by owner: none (never
+	// acquired or released) or stale (owned, but the lease lapsed: the
+	// owner is gone or stuck). Both should drop to 0 within a pass or two.
+	MetricCandidates = "chatd_acquisition_candidates"
 )
 
 // Results of MetricAcquisitions.
@@ -33,6 +38,7 @@ const (
 type metrics struct {
 	acquisitions metric.Int64Counter
 	passes       metric.Float64Histogram
+	candidates   metric.Int64Gauge
 }
 
 func newMetrics(mp metric.MeterProvider) metrics {
@@ -51,7 +57,12 @@ func newMetrics(mp metric.MeterProvider) metrics {
 	if err != nil {
 		otel.Handle(err)
 	}
-	return metrics{acquisitions: acq, passes: passes}
+	cands, err := m.Int64Gauge(MetricCandidates,
+		metric.WithDescription("Runnable chats without a live owner found by the last acquisition pass, by owner (none, stale)."))
+	if err != nil {
+		otel.Handle(err)
+	}
+	return metrics{acquisitions: acq, passes: passes, candidates: cands}
 }
 
 func (m metrics) count(result string) {
@@ -59,3 +70,8 @@ func (m metrics) count(result string) {
 }
 
 func (m metrics) pass(d time.Duration) { m.passes.Record(context.Background(), d.Seconds()) }
+
+func (m metrics) found(unowned, stale int) {
+	m.candidates.Record(context.Background(), int64(unowned), metric.WithAttributes(attribute.String("owner", "none")))
+	m.candidates.Record(context.Background(), int64(stale), metric.WithAttributes(attribute.String("owner", "stale")))
+}

@@ -7,8 +7,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/services/worker/internal/acquire"
 	"github.com/chatd/chatd/services/worker/internal/runner"
 )
@@ -27,6 +32,37 @@ WHERE hb.chat_id = runners.chat_id
   AND hb.runner_id = runners.runner_id
   AND hb.heartbeat_at > statement_timestamp() - make_interval(secs => $3::float8)
 RETURNING hb.chat_id, hb.runner_id`
+
+// MetricLeaseRenewals counts the runners' lease renewals by result: renewed,
+// lapsed (the lease was not fresh any more, the runner is cleaned up) or
+// failed (the tick's transaction failed; the lease may still lapse).
+const MetricLeaseRenewals = "chatd_lease_renewals_total"
+
+// Results of MetricLeaseRenewals.
+const (
+	LeaseRenewed = "renewed"
+	LeaseLapsed  = "lapsed"
+	LeaseFailed  = "failed"
+)
+
+func newLeaseCounter(mp metric.MeterProvider) metric.Int64Counter {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	c, err := mp.Meter(telemetry.ScopeName).Int64Counter(MetricLeaseRenewals,
+		metric.WithDescription("Runner lease renewals by result (renewed, lapsed, failed)."))
+	if err != nil {
+		otel.Handle(err)
+		c, _ = noop.NewMeterProvider().Meter(telemetry.ScopeName).Int64Counter(MetricLeaseRenewals)
+	}
+	return c
+}
+
+func (m *Manager) countLeases(result string, n int) {
+	if n > 0 {
+		m.leases.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("result", result)))
+	}
+}
 
 // HeartbeatResult is what one heartbeat tick did.
 type HeartbeatResult struct {
@@ -75,8 +111,11 @@ func (m *Manager) HeartbeatOnce(ctx context.Context) (HeartbeatResult, error) {
 		return wrap("renewing heartbeats", rows.Err())
 	})
 	if err != nil {
+		m.countLeases(LeaseFailed, len(keys))
 		return HeartbeatResult{}, fmt.Errorf("heartbeat tick for %d runners: %w", len(keys), err)
 	}
+	m.countLeases(LeaseRenewed, len(renewed))
+	m.countLeases(LeaseLapsed, len(keys)-len(renewed))
 	for _, k := range keys {
 		if renewed[k] {
 			res.Renewed = append(res.Renewed, k)

@@ -16,6 +16,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/chatd/chatd/services/worker/internal/acquire"
 	"github.com/chatd/chatd/services/worker/internal/runner"
@@ -101,6 +102,8 @@ type Manager struct {
 	runners map[uuid.UUID]map[uuid.UUID]*entry
 
 	exits sync.WaitGroup // OnExit calls in flight
+
+	leases metric.Int64Counter // MetricLeaseRenewals
 }
 
 type spawnReq struct {
@@ -155,6 +158,7 @@ func New(pool *pgxpool.Pool, deps runner.Deps, cfg Config) *Manager {
 	}
 	deps.RequestCleanup = m.RequestCleanup
 	m.deps = deps
+	m.leases = newLeaseCounter(deps.MeterProvider)
 	return m
 }
 

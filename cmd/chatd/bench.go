@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/chatd/chatd/cmd/internal/loadgen"
+)
+
+// benchCommand is the load generator: chats, turns, latencies.
+func benchCommand() *command {
+	return &command{
+		name:    "bench",
+		summary: "Load-test a chatd: run turns on many chats, report latencies and turns/s.",
+		run:     runBench,
+	}
+}
+
+func runBench(ctx context.Context, e *env, args []string) int {
+	fs := flag.NewFlagSet("chatd bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	urlFlag := fs.String("url", "", "chatd's URL, e.g. http://localhost:8080 (default $"+envChatURL+").")
+	streamFlag := fs.String("stream-url", "", "The stream's URL when it is not behind --url (default $"+envChatStreamURL+", else --url).")
+	tokenFlag := fs.String("token", "", "The bearer token (default $"+envChatToken+"; see 'chatd token').")
+	dev := fs.Bool("dev", false, "Use the local dev stack (make dev): its URL and the token in its data directory.")
+	allowRemote := fs.Bool("allow-remote", false, "Allow a URL that is not on this machine (loopback); think twice.")
+	chats := fs.Int("chats", 10, "How many chats to create.")
+	concurrency := fs.Int("concurrency", 0, "Turns in flight at once, each on its own chat (default: --chats).")
+	turns := fs.Int("turns", 0, "Stop starting turns after this many (0: no bound but --duration).")
+	duration := fs.Duration("duration", 30*time.Second, "Stop starting turns after this long (0: no bound but --turns).")
+	prompt := fs.String("prompt", loadgen.DefaultPrompt, "Every message's text: scripted-model directives (::reply, ::stream n rate, ...) or a real prompt; \\n is a new line.")
+	model := fs.String("model", "", "The model config ID the chats use (default: the deployment's default).")
+	turnTimeout := fs.Duration("turn-timeout", 60*time.Second, "How long one turn may take, POST to idle.")
+	jsonOut := fs.Bool("json", false, "Print the report as JSON on standard output.")
+	quiet := fs.Bool("quiet", false, "No progress lines on standard error.")
+	usage := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: chatd bench [--dev | --url URL --token T] [--chats 10] [--concurrency N] [--turns N] [--duration 30s] [--prompt P] [--json]\n\n")
+		fmt.Fprintf(w, "Creates --chats chats, keeps one SSE stream open per chat and runs turns,\n")
+		fmt.Fprintf(w, "--concurrency at a time, until --turns turns have started or --duration has\n")
+		fmt.Fprintf(w, "passed (whichever comes first); the turns in flight then finish. Progress goes\n")
+		fmt.Fprintf(w, "to standard error; the report (time to first part: POST to the reply's first\n")
+		fmt.Fprintf(w, "message_part event; turn time: POST to the chat idle with the reply committed;\n")
+		fmt.Fprintf(w, "turns/s; failures by kind) to standard output. Only loopback URLs unless\n")
+		fmt.Fprintf(w, "--allow-remote. Exits 1 when a turn failed.\n\nFlags:\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			def := ""
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" && f.Name != "prompt" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(w, "  --%-13s %s%s\n", f.Name, f.Usage, def)
+		})
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(e.stderr, "chatd bench: "+format+"\n", a...)
+		usage(e.stderr)
+		return exitUsage
+	}
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		usage(e.stdout)
+		return exitOK
+	} else if err != nil {
+		return fail("%s.", err)
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected argument %q.", fs.Arg(0))
+	}
+
+	base, stream, token := *urlFlag, *streamFlag, *tokenFlag
+	if *dev {
+		if base != "" || token != "" {
+			return fail("--dev finds the URL and the token itself: drop --url and --token, or --dev.")
+		}
+		var err error
+		if base, token, err = devTarget(e); err != nil {
+			return fail("%s.", err)
+		}
+	}
+	base = firstNonEmpty(base, e.getenv(envChatURL))
+	if base == "" {
+		return fail("no chatd URL: pass --url or --dev, or set %s.", envChatURL)
+	}
+	var err error
+	if base, err = normalizeURL(base); err != nil {
+		return fail("--url %s.", err)
+	}
+	if stream = firstNonEmpty(stream, e.getenv(envChatStreamURL)); stream == "" {
+		stream = base
+	} else if stream, err = normalizeURL(stream); err != nil {
+		return fail("--stream-url %s.", err)
+	}
+	if !*allowRemote {
+		for _, u := range []string{base, stream} {
+			if err := requireLoopback(u); err != nil {
+				return fail("%s.", err)
+			}
+		}
+	}
+	token = strings.TrimSpace(firstNonEmpty(token, e.getenv(envChatToken)))
+	if token == "" {
+		return fail("no token: pass --token or --dev, or set %s (make one with 'chatd token').", envChatToken)
+	}
+	switch {
+	case *chats < 1:
+		return fail("--chats %d: at least one chat is needed.", *chats)
+	case *concurrency < 0:
+		return fail("--concurrency %d cannot be negative.", *concurrency)
+	case *turns < 0:
+		return fail("--turns %d cannot be negative.", *turns)
+	case *duration < 0:
+		return fail("--duration %s cannot be negative.", *duration)
+	case *turns == 0 && *duration == 0:
+		return fail("no bound: set --turns, --duration, or both.")
+	case *turnTimeout <= 0:
+		return fail("--turn-timeout %s must be positive.", *turnTimeout)
+	case strings.TrimSpace(*prompt) == "":
+		return fail("--prompt is empty.")
+	}
+
+	cfg := loadgen.Config{
+		BaseURL: base, StreamURL: stream, Token: token,
+		Chats: *chats, Concurrency: *concurrency, Turns: *turns, Duration: *duration,
+		Prompt: strings.ReplaceAll(*prompt, `\n`, "\n"), ModelConfigID: *model, TurnTimeout: *turnTimeout,
+	}
+	if !*quiet {
+		cfg.Progress = func(p loadgen.Progress) {
+			fmt.Fprintf(e.stderr, "chatd bench: %6.1fs  %d turns ok, %d failed, %d in flight  %.1f turns/s  first part p50 %.1f ms p99 %.1f ms\n",
+				p.Elapsed.Seconds(), p.OK, p.Failed, p.InFlight, p.TurnsPerSecond, msOf(p.TTFTp50), msOf(p.TTFTp99))
+		}
+	}
+	conc := cfg.Concurrency
+	if conc == 0 || conc > cfg.Chats {
+		conc = cfg.Chats
+	}
+	fmt.Fprintf(e.stderr, "chatd bench: %d chats, %d at a time, against %s; creating the chats...\n", cfg.Chats, conc, base)
+	rep, err := loadgen.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "chatd bench: %s\n", err)
+		return exitFailed
+	}
+	if *jsonOut {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return exitFailed
+		}
+	} else {
+		writeBenchReport(e.stdout, rep)
+	}
+	if rep.Failed > 0 {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// devTarget is the dev stack's URL and token, found as chatd dev writes
+// them: the address from CHATD_DEV_HTTP_ADDR (else CHATD_HTTP_ADDR, else
+// 127.0.0.1:8080) and the token from the data directory's dev-token.
+func devTarget(e *env) (base, token string, err error) {
+	addr := firstNonEmpty(e.getenv("CHATD_DEV_HTTP_ADDR"), e.getenv("CHATD_HTTP_ADDR"), "127.0.0.1:8080")
+	dataDir := firstNonEmpty(e.getenv("CHATD_DEV_DATA_DIR"), ".chatd")
+	path := filepath.Join(dataDir, "dev-token")
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", "", fmt.Errorf("--dev: no %s; start the dev stack (make dev) in this checkout first, or set CHATD_DEV_DATA_DIR", path)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("--dev: %w", err)
+	}
+	return addr, strings.TrimSpace(string(raw)), nil
+}
+
+// requireLoopback refuses a URL whose host is not this machine's loopback
+// (localhost, 127.0.0.0/8, ::1), so nobody load-tests production by
+// accident.
+func requireLoopback(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	host := u.Hostname()
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%s is not on this machine; pass --allow-remote to load-test it anyway", raw)
+}
+
+func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// writeBenchReport prints the report for a person.
+func writeBenchReport(w io.Writer, r *loadgen.Report) {
+	fmt.Fprintf(w, "chatd bench: %d chats, %d at a time, %.1fs (stopped by %s)\n", r.Chats, r.Concurrency, r.ElapsedSeconds, strings.ReplaceAll(r.StoppedBy, "_", " "))
+	fmt.Fprintf(w, "turns:           %d (%d ok, %d failed), %.1f turns/s\n", r.Turns, r.OK, r.Failed, r.TurnsPerSecond)
+	line := func(name string, l loadgen.Latency) {
+		fmt.Fprintf(w, "%-16s p50 %.1f ms  p95 %.1f ms  p99 %.1f ms  max %.1f ms  (n=%d)\n", name, l.P50, l.P95, l.P99, l.Max, l.Count)
+	}
+	line("first part:", r.TimeToFirstPart)
+	line("turn time:", r.TurnTime)
+	if r.NoLivePart > 0 {
+		fmt.Fprintf(w, "no live part:    %d turns (the reply was committed before a part reached the stream)\n", r.NoLivePart)
+	}
+	if r.StreamReconnects > 0 {
+		fmt.Fprintf(w, "stream reconnects: %d\n", r.StreamReconnects)
+	}
+	for _, e := range r.Errors {
+		fmt.Fprintf(w, "error %-30s %d  (e.g. %s)\n", e.Kind+":", e.Count, e.Example)
+	}
+}

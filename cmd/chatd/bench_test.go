@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/cmd/internal/loadgen"
+	"github.com/chatd/chatd/cmd/internal/stacktest"
+)
+
+// TestBenchAgainstStack runs chatd bench against the four services as
+// processes and checks its report against what the database holds: every
+// turn it counts is a user message and a committed reply, and failed turns
+// are counted by kind.
+func TestBenchAgainstStack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole stack")
+	}
+	st := stacktest.Start(t, 1)
+	bench := func(environ map[string]string, args ...string) (int, *loadgen.Report, string) {
+		t.Helper()
+		code, stdout, stderr := cliStdin(t, environ, "", append([]string{"bench", "--json"}, args...)...)
+		var rep loadgen.Report
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), "stdout:\n%s\nstderr:\n%s\n%s", stdout, stderr, st.Stderr())
+		return code, &rep, stderr
+	}
+	conn := func(args ...string) []string {
+		return append([]string{"--url", "http://" + st.APIHTTP, "--stream-url", "http://" + st.Streams[0], "--token", st.Token}, args...)
+	}
+
+	// 3 chats, 2 at a time, 7 turns: the count bound stops it.
+	code, rep, stderr := bench(nil, conn("--chats", "3", "--concurrency", "2", "--turns", "7", "--duration", "0")...)
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "turns", rep.StoppedBy)
+	require.Equal(t, 3, rep.Chats)
+	require.Equal(t, 2, rep.Concurrency)
+	require.Equal(t, 7, rep.Turns)
+	require.Equal(t, 7, rep.OK)
+	require.Equal(t, 0, rep.Failed)
+	require.Empty(t, rep.Errors)
+	require.Equal(t, 7, rep.TurnTime.Count)
+	require.Equal(t, 7, rep.TimeToFirstPart.Count+rep.NoLivePart)
+	require.Positive(t, rep.TurnsPerSecond)
+	require.Positive(t, rep.TurnTime.P50)
+	require.LessOrEqual(t, rep.TurnTime.P50, rep.TurnTime.P99)
+	require.LessOrEqual(t, rep.TimeToFirstPart.P99, rep.TurnTime.Max, "the first part comes before the end of its turn")
+	require.Contains(t, stderr, "turns ok", "progress on standard error")
+
+	chats, users, replies := countTurns(t, st.DatabaseURL)
+	require.Equal(t, 3, chats)
+	require.Equal(t, 7, users, "one user message per turn")
+	require.Equal(t, 7, replies, "one reply per turn")
+
+	// A model that fails every attempt: each turn fails, counted by kind.
+	code, rep, stderr = bench(nil, conn("--chats", "2", "--turns", "4", "--prompt", "::fail fatal", "--quiet")...)
+	require.Equal(t, exitFailed, code, stderr)
+	require.Equal(t, 4, rep.Turns)
+	require.Equal(t, 0, rep.OK)
+	require.Equal(t, 4, rep.Failed)
+	failures := 0
+	for _, e := range rep.Errors {
+		require.True(t, strings.HasPrefix(e.Kind, "chat error") || strings.HasPrefix(e.Kind, "http 4"), "kind %q", e.Kind)
+		require.NotEmpty(t, e.Example)
+		failures += e.Count
+	}
+	require.Equal(t, 4, failures, "the kinds add up to the failed turns: %+v", rep.Errors)
+	require.NotContains(t, stderr, "turns ok", "--quiet")
+
+	// --dev: the dev stack's address and token, as chatd dev leaves them;
+	// the duration bound stops it.
+	dataDir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dataDir, "dev-token"), []byte(st.Token+"\n"), 0o600))
+	devEnv := map[string]string{"CHATD_DEV_DATA_DIR": dataDir, "CHATD_DEV_HTTP_ADDR": st.APIHTTP, envChatStreamURL: "http://" + st.Streams[0]}
+	code, rep, stderr = bench(devEnv, "--dev", "--chats", "2", "--duration", "300ms", "--quiet")
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "duration", rep.StoppedBy)
+	require.Positive(t, rep.OK)
+	require.Equal(t, rep.OK, rep.Turns)
+	_, users2, replies2 := countTurns(t, st.DatabaseURL)
+	require.Equal(t, users+4+rep.Turns, users2, "the failed run's 4 messages and this run's")
+	require.Equal(t, replies+rep.OK, replies2)
+}
+
+// countTurns counts the chats, user messages and assistant replies in the
+// database.
+func countTurns(t *testing.T, dbURL string) (chats, users, replies int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	require.NoError(t, conn.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM chats),
+		(SELECT count(*) FROM chat_messages WHERE role = 'user' AND NOT deleted),
+		(SELECT count(*) FROM chat_messages WHERE role = 'assistant' AND NOT deleted)`).Scan(&chats, &users, &replies))
+	return chats, users, replies
+}
+
+// Bad command lines fail with a sentence and exit 2, before any request:
+// a remote URL without --allow-remote, no bound, no token.
+func TestBenchRefusesBadCommandLines(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--url", "https://chat.example.com", "--token", "t"}, "pass --allow-remote"},
+		{[]string{"--url", "http://10.0.0.8:8080", "--token", "t"}, "is not on this machine"},
+		{[]string{"--url", "http://127.0.0.1:1", "--stream-url", "http://stream.example.com", "--token", "t"}, "stream.example.com is not on this machine"},
+		{[]string{"--url", "http://127.0.0.1:1", "--token", "t", "--duration", "0"}, "no bound"},
+		{[]string{"--url", "http://127.0.0.1:1"}, "no token"},
+		{[]string{"--url", "http://127.0.0.1:1", "--token", "t", "--chats", "0"}, "at least one chat"},
+		{[]string{"--dev", "--url", "http://127.0.0.1:1"}, "--dev finds the URL"},
+		{[]string{"--token", "t"}, "no chatd URL"},
+	} {
+		code, _, stderr := cliStdin(t, map[string]string{"CHATD_DEV_DATA_DIR": t.TempDir()}, "", append([]string{"bench"}, tc.args...)...)
+		require.Equal(t, exitUsage, code, "%v: %s", tc.args, stderr)
+		require.Contains(t, stderr, tc.want, "%v", tc.args)
+	}
+	code, _, stderr := cliStdin(t, map[string]string{"CHATD_DEV_DATA_DIR": t.TempDir()}, "", "bench", "--dev")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "start the dev stack (make dev)")
+	for _, ok := range []string{"http://localhost:8080", "http://127.0.0.2:9", "http://[::1]:8080", "http://api.localhost"} {
+		require.NoError(t, requireLoopback(ok), ok)
+	}
+}

@@ -1,0 +1,385 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// client makes the REST calls and holds the stream connections.
+type client struct {
+	base, stream, token string
+	http                *http.Client // REST calls, each bounded by its context
+	sse                 *http.Client // streams: no timeout, they last the run
+	reconnects          atomic.Int64
+}
+
+func newClient(base, stream, token string, concurrency int) *client {
+	return &client{
+		base: base, stream: stream, token: token,
+		http: &http.Client{Transport: httpTransport(concurrency)},
+		sse:  &http.Client{Transport: httpTransport(0)},
+	}
+}
+
+func (c *client) close() {
+	c.http.CloseIdleConnections()
+	c.sse.CloseIdleConnections()
+}
+
+// HTTPError is a non-2xx answer of the REST facade or the stream:
+// {"message", "code", "reason"}.
+type HTTPError struct {
+	Status  int    // the HTTP status
+	Message string // the server's sentence
+	Reason  string // e.g. CHAT_ARCHIVED; may be empty
+}
+
+func (e *HTTPError) Error() string {
+	return fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
+}
+
+// ReadHTTPError turns a non-2xx response into an *HTTPError: the body's
+// message and reason, else a short plain-text body, else the status text.
+func ReadHTTPError(resp *http.Response) *HTTPError {
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var body struct {
+		Message string `json:"message"`
+		Reason  string `json:"reason"`
+	}
+	e := &HTTPError{Status: resp.StatusCode}
+	if json.Unmarshal(raw, &body) == nil && body.Message != "" {
+		e.Message, e.Reason = body.Message, body.Reason
+	} else if text := strings.TrimSpace(string(raw)); text != "" && len(text) < 200 && !strings.ContainsAny(text, "\n{<") {
+		e.Message = text
+	} else {
+		e.Message = strings.ToLower(http.StatusText(resp.StatusCode))
+		if e.Message == "" {
+			e.Message = "unexpected response"
+		}
+	}
+	return e
+}
+
+// post sends a JSON body and decodes the 2xx answer into out.
+func (c *client) post(ctx context.Context, path string, in, out any) error {
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return ReadHTTPError(resp)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("POST %s: unreadable answer: %w", path, err)
+	}
+	return nil
+}
+
+func (c *client) createChat(ctx context.Context, modelConfigID string) (string, error) {
+	in := map[string]string{}
+	if modelConfigID != "" {
+		in["model_config_id"] = modelConfigID
+	}
+	var out struct {
+		ID string `json:"id"`
+	}
+	if err := c.post(ctx, "/api/v2/chats", in, &out); err != nil {
+		return "", err
+	}
+	if out.ID == "" {
+		return "", errors.New("the created chat has no id")
+	}
+	return out.ID, nil
+}
+
+type sendResult struct {
+	Queued  bool `json:"queued"`
+	Message *struct {
+		ID Int64 `json:"id"`
+	} `json:"message"`
+}
+
+func (c *client) send(ctx context.Context, chatID, text string) (sendResult, error) {
+	in := map[string]any{"content": []map[string]string{{"type": "text", "text": text}}}
+	var out sendResult
+	err := c.post(ctx, "/api/v2/chats/"+chatID+"/messages", in, &out)
+	return out, err
+}
+
+// chat is one chat of the run and its stream.
+type chat struct {
+	id string
+	// events carries the stream's events (and connection losses) to the
+	// turn using the chat, each stamped when it was read.
+	events chan item
+	// connected is closed when the first connection is open; fatal gets
+	// the error when the stream refuses the chat (4xx).
+	connected chan struct{}
+	fatal     chan error
+	once      sync.Once
+}
+
+type item struct {
+	ev   event
+	at   time.Time
+	lost error // the connection dropped (it is resumed)
+}
+
+func newChat(id string) *chat {
+	return &chat{id: id, events: make(chan item, 4096), connected: make(chan struct{}), fatal: make(chan error, 1)}
+}
+
+// Stream reconnect delays and the silence after which a connection is
+// dropped (the stream sends a heartbeat comment well within it).
+const (
+	firstBackoff = 100 * time.Millisecond
+	maxBackoff   = 5 * time.Second
+	silenceLimit = 60 * time.Second
+)
+
+// follow reads the chat's stream until ctx ends, resuming after the last
+// event's cursor when the connection drops.
+func (ch *chat) follow(ctx context.Context, c *client) {
+	cursor := ""
+	delay := firstBackoff
+	for ctx.Err() == nil {
+		progressed, err := ch.connect(ctx, c, &cursor)
+		if ctx.Err() != nil {
+			return
+		}
+		var he *HTTPError
+		if errors.As(err, &he) && he.Status < 500 && he.Status != http.StatusTooManyRequests {
+			ch.fatal <- err
+			return
+		}
+		if progressed {
+			delay = firstBackoff
+			c.reconnects.Add(1)
+			select {
+			case ch.events <- item{lost: err, at: time.Now()}:
+			case <-ctx.Done():
+				return
+			}
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(delay*2, maxBackoff)
+	}
+}
+
+func (ch *chat) connect(ctx context.Context, c *client, cursor *string) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.stream+"/api/v2/chats/"+ch.id+"/stream", nil)
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Accept", "text/event-stream")
+	if *cursor != "" {
+		req.Header.Set("Last-Event-ID", *cursor)
+	}
+	resp, err := c.sse.Do(req)
+	if err != nil {
+		return false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, ReadHTTPError(resp)
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
+		return false, &HTTPError{Status: http.StatusNotAcceptable, Message: fmt.Sprintf("the stream URL answered %q, not an event stream", ct)}
+	}
+	ch.once.Do(func() { close(ch.connected) })
+	watchdog := time.AfterFunc(silenceLimit, cancel)
+	defer watchdog.Stop()
+	err = ReadSSE(resp.Body, func() { watchdog.Reset(silenceLimit) }, func(id, data string) error {
+		at := time.Now()
+		if id != "" {
+			*cursor = id
+		}
+		ev, ok := parseEvent(data)
+		if !ok {
+			return nil
+		}
+		select {
+		case ch.events <- item{ev: ev, at: at}:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err == nil {
+		err = errors.New("the stream ended")
+	}
+	return true, err
+}
+
+// turnResult is one turn's outcome: kind is "" for a turn that ended with
+// a reply, else the failure's kind (detail its message); reuse says whether
+// the chat may run another turn.
+type turnResult struct {
+	ttft, turn   time.Duration
+	kind, detail string
+	reuse        bool
+}
+
+// errorReasonWait bounds the wait for the error event that follows a
+// status error (the stream sends the reason after the status).
+const errorReasonWait = 2 * time.Second
+
+// runTurn sends one message on c and follows its stream until the turn
+// ends.
+func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
+	// Whatever the stream sent before this POST belongs to earlier turns.
+	for drained := false; !drained; {
+		select {
+		case <-c.events:
+		default:
+			drained = true
+		}
+	}
+	tctx, cancel := context.WithTimeout(ctx, r.cfg.TurnTimeout)
+	defer cancel()
+	start := time.Now()
+	sent, err := r.cl.send(tctx, c.id, r.cfg.Prompt)
+	if err != nil {
+		kind, retryable := postKind(ctx, err)
+		detail := err.Error()
+		if kind == "interrupted" {
+			detail = "the run was interrupted"
+		}
+		return turnResult{kind: kind, detail: detail, reuse: retryable}
+	}
+	if sent.Queued || sent.Message == nil {
+		// The chat was busy: the bench's own bookkeeping is off for it.
+		return turnResult{kind: "queued behind a running turn", detail: "the message was queued: the chat was still busy", reuse: false}
+	}
+	msgID := int64(sent.Message.ID)
+	var firstPart time.Time
+	sawUser, sawReply, sawErrorStatus := false, false, false
+	var reasonTimer <-chan time.Time
+	fail := func(kind, detail string, reuse bool) turnResult {
+		return turnResult{kind: kind, detail: detail, reuse: reuse}
+	}
+	for {
+		select {
+		case <-tctx.Done():
+			if ctx.Err() != nil {
+				return fail("interrupted", "the run was interrupted", false)
+			}
+			if sawErrorStatus {
+				return fail("chat error", "the chat's status became error", true)
+			}
+			if firstPart.IsZero() && !sawReply {
+				return fail("timeout waiting for the first part", fmt.Sprintf("no part of the reply within %s", r.cfg.TurnTimeout), false)
+			}
+			return fail("timeout waiting for the end of the turn", fmt.Sprintf("the turn did not end within %s", r.cfg.TurnTimeout), false)
+		case <-reasonTimer:
+			return fail("chat error", "the chat's status became error (no reason followed)", true)
+		case it := <-c.events:
+			if it.lost != nil {
+				continue // resumed from the cursor: the turn goes on
+			}
+			ev := it.ev
+			switch ev.Type {
+			case "message":
+				if ev.Message == nil {
+					continue
+				}
+				id := int64(ev.Message.ID)
+				switch {
+				case ev.Message.Role == "user" && id == msgID:
+					sawUser = true
+				case ev.Message.Role == "assistant" && id > msgID:
+					sawUser, sawReply = true, true
+				}
+			case "message_part":
+				if firstPart.IsZero() && (ev.MessagePart == nil || ev.MessagePart.Role != "user") {
+					firstPart = it.at
+				}
+			case "error":
+				if sawUser && ev.Error != nil {
+					kind := "chat error"
+					if ev.Error.Kind != "" {
+						kind += ": " + ev.Error.Kind
+					}
+					return fail(kind, ev.Error.Message, true)
+				}
+			case "status":
+				if !sawUser || ev.Status == nil {
+					continue
+				}
+				switch ev.Status.Status {
+				case "error":
+					sawErrorStatus = true
+					reasonTimer = time.After(errorReasonWait)
+				case "requires_action":
+					sawReply = true
+					fallthrough
+				case "waiting":
+					if !sawReply {
+						return fail("turn ended without a reply", "the chat became "+ev.Status.Status+" with no assistant message", true)
+					}
+					res := turnResult{turn: it.at.Sub(start), reuse: ev.Status.Status == "waiting"}
+					if !firstPart.IsZero() {
+						res.ttft = firstPart.Sub(start)
+					}
+					return res
+				}
+			}
+		}
+	}
+}
+
+// postKind names a failed POST's kind and says whether the chat is still
+// usable.
+func postKind(ctx context.Context, err error) (string, bool) {
+	var he *HTTPError
+	var ne net.Error
+	switch {
+	case errors.As(err, &he):
+		kind := fmt.Sprintf("http %d", he.Status)
+		if he.Reason != "" {
+			kind += " " + he.Reason
+		}
+		return kind, true
+	case ctx.Err() != nil:
+		return "interrupted", false
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return "http timeout", false
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused", true
+	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection reset", false
+	}
+	return "transport error", false
+}
