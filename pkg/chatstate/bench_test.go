@@ -12,11 +12,15 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 )
 
-// transitionsPerCycle: SendMessage, RecordGenerationAttempt, CommitStep,
-// FinishTurn — one user turn as the API and a worker drive it.
-const transitionsPerCycle = 4
+// transitionsPerCycle: SendMessage, Acquire, RecordGenerationAttempt,
+// CommitStep, FinishTurn, Abandon — one simple user turn as the API and a
+// worker drive it.
+const transitionsPerCycle = 6
 
-// cycle runs one turn on a waiting chat as four bundles.
+// cycle runs one simple turn on a waiting, unowned chat as the three
+// bundles it costs (services/worker/internal/runner/bundle.go): the api's
+// SendMessage; the worker's Acquire with its first RecordGenerationAttempt;
+// its CommitStep with FinishTurn and Abandon.
 func cycle(h *harness, id uuid.UUID) error {
 	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
 		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("benchmark prompt")), chatstate.BusyQueue)
@@ -24,21 +28,29 @@ func cycle(h *harness, id uuid.UUID) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) }); err != nil {
-		return err
-	}
 	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
-		_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{assistantText("benchmark answer")}})
-		return err
+		if err := tx.Acquire(h.ctx, h.worker, uuid.New()); err != nil {
+			return err
+		}
+		return tx.RecordGenerationAttempt(h.ctx)
 	}); err != nil {
 		return err
 	}
-	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error { _, err := tx.FinishTurn(h.ctx); return err })
+	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		if _, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{assistantText("benchmark answer")}}); err != nil {
+			return err
+		}
+		if _, err := tx.FinishTurn(h.ctx); err != nil {
+			return err
+		}
+		return tx.Abandon(h.ctx)
+	})
 	return err
 }
 
 func reportTransitions(b *testing.B, cycles int64, elapsed time.Duration) {
 	b.ReportMetric(float64(cycles*transitionsPerCycle)/elapsed.Seconds(), "transitions/s")
+	b.ReportMetric(float64(cycles)/elapsed.Seconds(), "turns/s")
 }
 
 // BenchmarkCycleOneChat drives turns one after another on one chat.
