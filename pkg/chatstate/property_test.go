@@ -161,7 +161,9 @@ func stepBundle(rt *rapid.T, h *harness, id uuid.UUID, model *refModel, ops []op
 // the ones before it (the last may be refused, which rolls back all).
 func bundleGen(model *refModel, callSeq *int) *rapid.Generator[[]op] {
 	return rapid.Custom(func(rt *rapid.T) []op {
-		text := func() op { return op{t: chatstate.CommitStep, step: []refMsg{{role: chatstate.RoleAssistant, visibility: chatstate.VisibleToBoth}}} }
+		text := func() op {
+			return op{t: chatstate.CommitStep, step: []refMsg{{role: chatstate.RoleAssistant, visibility: chatstate.VisibleToBoth}}}
+		}
 		switch rapid.IntRange(0, 2).Draw(rt, "shape") {
 		case 0:
 			return []op{{t: chatstate.Acquire}, {t: chatstate.RecordGenerationAttempt}}
