@@ -122,21 +122,28 @@ func xidHorizon(ctx context.Context, b *testing.B, conn *pgx.Conn) int64 {
 
 // durableCluster starts a private cluster with fsync on (as production
 // runs) holding one migrated database, and returns the database's URL.
-func durableCluster(b *testing.B) string {
-	b.Helper()
-	dir, err := os.MkdirTemp("/tmp", "chatd-commits-")
-	require.NoError(b, err)
-	c, err := pgcluster.Start(dir, pgcluster.Options{Durable: true})
-	require.NoError(b, err)
-	b.Cleanup(func() { _ = c.Remove() })
+func durableCluster(t testing.TB) string {
+	_, url := privateCluster(t, pgcluster.Options{Durable: true})
+	return url
+}
+
+// privateCluster starts a private cluster holding one migrated database,
+// chatd, removed when the test ends, and returns it with the database's URL.
+func privateCluster(t testing.TB, opts pgcluster.Options) (*pgcluster.Cluster, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "chatd-e2e-")
+	require.NoError(t, err)
+	c, err := pgcluster.Start(dir, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Remove() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, c.URL)
-	require.NoError(b, err)
+	require.NoError(t, err)
 	_, err = conn.Exec(ctx, "CREATE DATABASE chatd")
-	require.NoError(b, err)
-	require.NoError(b, conn.Close(ctx))
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
 	url := strings.Replace(c.URL, "/postgres?", "/chatd?", 1)
-	require.NoError(b, migrate.Up(ctx, url))
-	return url
+	require.NoError(t, migrate.Up(ctx, url))
+	return c, url
 }
