@@ -48,6 +48,31 @@ func cycle(h *harness, id uuid.UUID) error {
 	return err
 }
 
+// cycleUnbundled runs the same turn as the six bundles a worker used to
+// apply one transition each: the baseline of cycle.
+func cycleUnbundled(h *harness, id uuid.UUID) error {
+	steps := []func(tx *chatstate.Tx) error{
+		func(tx *chatstate.Tx) error {
+			_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("benchmark prompt")), chatstate.BusyQueue)
+			return err
+		},
+		func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, h.worker, uuid.New()) },
+		func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) },
+		func(tx *chatstate.Tx) error {
+			_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{assistantText("benchmark answer")}})
+			return err
+		},
+		func(tx *chatstate.Tx) error { _, err := tx.FinishTurn(h.ctx); return err },
+		func(tx *chatstate.Tx) error { return tx.Abandon(h.ctx) },
+	}
+	for _, step := range steps {
+		if _, err := h.m.Update(h.ctx, id, step); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func reportTransitions(b *testing.B, cycles int64, elapsed time.Duration) {
 	b.ReportMetric(float64(cycles*transitionsPerCycle)/elapsed.Seconds(), "transitions/s")
 	b.ReportMetric(float64(cycles)/elapsed.Seconds(), "turns/s")
@@ -69,8 +94,15 @@ func BenchmarkCycleOneChat(b *testing.B) {
 
 // BenchmarkCycle1000Chats16Clients drives turns on 1,000 chats from 16
 // concurrent clients; each client owns every 16th chat, as API replicas
-// and workers each serve their own chats.
-func BenchmarkCycle1000Chats16Clients(b *testing.B) {
+// and workers each serve their own chats. Unbundled drives the same turns
+// one transition per bundle, as the worker did before bundling.
+func BenchmarkCycle1000Chats16Clients(b *testing.B) { benchCycles(b, cycle) }
+
+// BenchmarkCycle1000Chats16ClientsUnbundled is the baseline of
+// BenchmarkCycle1000Chats16Clients: six bundles per turn instead of three.
+func BenchmarkCycle1000Chats16ClientsUnbundled(b *testing.B) { benchCycles(b, cycleUnbundled) }
+
+func benchCycles(b *testing.B, cycle func(*harness, uuid.UUID) error) {
 	const chats, clients = 1000, 16
 	h := newHarness(b)
 	// Each client owns the chats j with j%clients == c.
