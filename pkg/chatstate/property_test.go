@@ -100,50 +100,43 @@ func walk(rt *rapid.T, h *harness, cov *coverage) {
 			// Abandon), or transitions each allowed where the one before
 			// left the chat.
 			ops := bundleGen(&model, &callSeq).Draw(rt, "ops")
-			stepBundle(rt, h, id, &model, ops, cov, i)
+			step(rt, h, id, &model, ops, cov, i)
 			continue
 		}
-		want := model.predict(o)
-		newQueuedID, err := h.applyDB(id, o)
-		if want != nil {
-			if !errors.Is(err, want) {
-				rt.Fatalf("step %d %s in %s: want error %v, got %v", i, o, model.state(), want, err)
-			}
-		} else {
-			if err != nil {
-				rt.Fatalf("step %d %s in %s: want success, got %v", i, o, model.state(), err)
-			}
-			model.apply(o, newQueuedID)
-			cov.ok++
-			cov.committed[o.t]++
-		}
-		cov.steps++
-		cov.visited[model.state()]++
-		got := h.loadModel(id)
-		if !equalModels(model, got) {
-			rt.Fatalf("step %d %s: model and Postgres disagree\nmodel:    %+v\npostgres: %+v", i, o, model.norm(), got.norm())
-		}
+		step(rt, h, id, &model, []op{o}, cov, i)
 	}
 }
 
 func equalModels(a, b refModel) bool { return reflect.DeepEqual(a.norm(), b.norm()) }
 
-// stepBundle applies ops as one bundle to Postgres and, when the model
-// predicts it commits, to the model; a refused bundle must change nothing.
-func stepBundle(rt *rapid.T, h *harness, id uuid.UUID, model *refModel, ops []op, cov *coverage, i int) {
-	want := model.predictBundle(ops)
-	ids, err := h.applyBundleDB(id, ops)
+// step applies ops to Postgres (one op alone, several as one bundle) and,
+// when the model predicts they commit, to the model; a refused step must
+// change nothing. Then both must agree.
+func step(rt *rapid.T, h *harness, id uuid.UUID, model *refModel, ops []op, cov *coverage, i int) {
+	var want, err error
+	ids := make([]int64, 1)
+	if len(ops) == 1 {
+		want = model.predict(ops[0])
+		ids[0], err = h.applyDB(id, ops[0])
+	} else {
+		want = model.predictBundle(ops)
+		ids, err = h.applyBundleDB(id, ops)
+	}
 	if want != nil {
 		if !errors.Is(err, want) {
-			rt.Fatalf("step %d bundle %v in %s: want error %v, got %v", i, ops, model.state(), want, err)
+			rt.Fatalf("step %d %v in %s: want error %v, got %v", i, ops, model.state(), want, err)
 		}
 	} else {
 		if err != nil {
-			rt.Fatalf("step %d bundle %v in %s: want success, got %v", i, ops, model.state(), err)
+			rt.Fatalf("step %d %v in %s: want success, got %v", i, ops, model.state(), err)
 		}
-		model.applyBundle(ops, ids)
+		if len(ops) == 1 {
+			model.apply(ops[0], ids[0])
+		} else {
+			model.applyBundle(ops, ids)
+			cov.bundles++
+		}
 		cov.ok++
-		cov.bundles++
 		for _, o := range ops {
 			cov.committed[o.t]++
 		}
@@ -152,7 +145,7 @@ func stepBundle(rt *rapid.T, h *harness, id uuid.UUID, model *refModel, ops []op
 	cov.visited[model.state()]++
 	got := h.loadModel(id)
 	if !equalModels(*model, got) {
-		rt.Fatalf("step %d bundle %v: model and Postgres disagree\nmodel:    %+v\npostgres: %+v", i, ops, model.norm(), got.norm())
+		rt.Fatalf("step %d %v: model and Postgres disagree\nmodel:    %+v\npostgres: %+v", i, ops, model.norm(), got.norm())
 	}
 }
 
