@@ -6,18 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
-	"github.com/chatd/chatd/pkg/db/migrate"
 	"github.com/chatd/chatd/pkg/db/pgcluster"
 	"github.com/chatd/chatd/pkg/natstest"
 )
@@ -207,20 +204,7 @@ type faultDB struct {
 // database; it is removed when the test ends.
 func faultCluster(t *testing.T) faultDB {
 	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "chatd-faults-")
-	require.NoError(t, err)
-	c, err := pgcluster.Start(dir, pgcluster.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Remove() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, c.URL)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "CREATE DATABASE chatd")
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-	url := strings.Replace(c.URL, "/postgres?", "/chatd?", 1)
-	require.NoError(t, migrate.Up(ctx, url))
+	c, url := privateCluster(t, pgcluster.Options{})
 	return faultDB{cluster: c, url: url}
 }
 

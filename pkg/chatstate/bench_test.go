@@ -12,11 +12,15 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 )
 
-// transitionsPerCycle: SendMessage, RecordGenerationAttempt, CommitStep,
-// FinishTurn — one user turn as the API and a worker drive it.
-const transitionsPerCycle = 4
+// transitionsPerCycle: SendMessage, Acquire, RecordGenerationAttempt,
+// CommitStep, FinishTurn, Abandon — one simple user turn as the API and a
+// worker drive it.
+const transitionsPerCycle = 6
 
-// cycle runs one turn on a waiting chat as four bundles.
+// cycle runs one simple turn on a waiting, unowned chat as the three
+// bundles it costs (services/worker/internal/runner/bundle.go): the api's
+// SendMessage; the worker's Acquire with its first RecordGenerationAttempt;
+// its CommitStep with FinishTurn and Abandon.
 func cycle(h *harness, id uuid.UUID) error {
 	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
 		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("benchmark prompt")), chatstate.BusyQueue)
@@ -24,21 +28,54 @@ func cycle(h *harness, id uuid.UUID) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) }); err != nil {
-		return err
-	}
 	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
-		_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{assistantText("benchmark answer")}})
-		return err
+		if err := tx.Acquire(h.ctx, h.worker, uuid.New()); err != nil {
+			return err
+		}
+		return tx.RecordGenerationAttempt(h.ctx)
 	}); err != nil {
 		return err
 	}
-	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error { _, err := tx.FinishTurn(h.ctx); return err })
+	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		if _, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{assistantText("benchmark answer")}}); err != nil {
+			return err
+		}
+		if _, err := tx.FinishTurn(h.ctx); err != nil {
+			return err
+		}
+		return tx.Abandon(h.ctx)
+	})
 	return err
+}
+
+// cycleUnbundled runs the same turn as the six bundles a worker used to
+// apply one transition each: the baseline of cycle.
+func cycleUnbundled(h *harness, id uuid.UUID) error {
+	steps := []func(tx *chatstate.Tx) error{
+		func(tx *chatstate.Tx) error {
+			_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("benchmark prompt")), chatstate.BusyQueue)
+			return err
+		},
+		func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, h.worker, uuid.New()) },
+		func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) },
+		func(tx *chatstate.Tx) error {
+			_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{assistantText("benchmark answer")}})
+			return err
+		},
+		func(tx *chatstate.Tx) error { _, err := tx.FinishTurn(h.ctx); return err },
+		func(tx *chatstate.Tx) error { return tx.Abandon(h.ctx) },
+	}
+	for _, step := range steps {
+		if _, err := h.m.Update(h.ctx, id, step); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func reportTransitions(b *testing.B, cycles int64, elapsed time.Duration) {
 	b.ReportMetric(float64(cycles*transitionsPerCycle)/elapsed.Seconds(), "transitions/s")
+	b.ReportMetric(float64(cycles)/elapsed.Seconds(), "turns/s")
 }
 
 // BenchmarkCycleOneChat drives turns one after another on one chat.
@@ -57,8 +94,15 @@ func BenchmarkCycleOneChat(b *testing.B) {
 
 // BenchmarkCycle1000Chats16Clients drives turns on 1,000 chats from 16
 // concurrent clients; each client owns every 16th chat, as API replicas
-// and workers each serve their own chats.
-func BenchmarkCycle1000Chats16Clients(b *testing.B) {
+// and workers each serve their own chats. Unbundled drives the same turns
+// one transition per bundle, as the worker did before bundling.
+func BenchmarkCycle1000Chats16Clients(b *testing.B) { benchCycles(b, cycle) }
+
+// BenchmarkCycle1000Chats16ClientsUnbundled is the baseline of
+// BenchmarkCycle1000Chats16Clients: six bundles per turn instead of three.
+func BenchmarkCycle1000Chats16ClientsUnbundled(b *testing.B) { benchCycles(b, cycleUnbundled) }
+
+func benchCycles(b *testing.B, cycle func(*harness, uuid.UUID) error) {
 	const chats, clients = 1000, 16
 	h := newHarness(b)
 	// Each client owns the chats j with j%clients == c.

@@ -109,30 +109,34 @@ func (m *Machine) Update(ctx context.Context, id uuid.UUID, fn func(*Tx) error) 
 	return res, nil
 }
 
-// View runs fn on a read-only, locked view of chat id: the row is share-
-// locked (so no bundle commits in between), nothing is bumped, nothing is
-// published, and the transaction always rolls back. Workers use it to check
-// a fence or read history without announcing a change that did not happen.
+// View runs fn on a read-only view of chat id: one snapshot of the chat,
+// its queue and its messages (REPEATABLE READ, READ ONLY), nothing bumped,
+// nothing published, nothing written (no row lock either, so the view
+// takes no transaction ID and costs no commit), and the transaction always
+// rolls back. Workers use it to check a fence or read history without
+// announcing a change that did not happen; the api to check a request
+// before it dispatches a hook. What a view found can change the moment it
+// ends: the bundle that acts on it checks again under the chat's lock.
 // Transitions called on a view are refused.
 func (m *Machine) View(ctx context.Context, id uuid.UUID, fn func(*Tx) error) error {
-	ptx, err := m.pool.Begin(ctx) // FOR SHARE needs a read-write transaction; it always rolls back
+	ptx, err := m.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return fmt.Errorf("begin view of chat %s: %w", id, err)
 	}
 	defer ptx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only; nothing to lose
 	q := queries.New(ptx)
-	chat, err := q.ChatLockForShare(ctx, id)
+	row, err := q.ChatGetWithQueueLen(ctx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("view chat %s: %w", id, ErrChatNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("view chat %s: %w", id, err)
 	}
-	row, err := q.ChatQueueLenAndNow(ctx, id)
+	now, err := q.ChatQueueLenAndNow(ctx, id)
 	if err != nil {
-		return fmt.Errorf("count queue of chat %s: %w", id, err)
+		return fmt.Errorf("read the clock viewing chat %s: %w", id, err)
 	}
-	return fn(&Tx{m: m, q: q, chat: chat, queueLen: row.QueueLen, now: m.now(row.Now), readOnly: true})
+	return fn(&Tx{m: m, q: q, chat: row.Chat, queueLen: row.QueueLen, now: m.now(now.Now), readOnly: true})
 }
 
 // Get reads a chat's current snapshot without locking it.

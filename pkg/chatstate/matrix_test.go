@@ -105,3 +105,60 @@ func runCell(t *testing.T, h *harness, name string, s chatstate.State, owned boo
 	}
 	return true
 }
+
+// TestWorkerBundleMatrix applies the worker's two bundles in every state
+// and ownership: Acquire with RecordGenerationAttempt (a runner's first
+// step), and CommitStep with FinishTurn and Abandon (a response that ends
+// the turn). Where the reference model allows every transition in turn,
+// the bundle lands where it says with snapshot_version advanced once and
+// one notification; anywhere else it is refused as a whole (the first
+// refused transition's error) with no change and no notification.
+func TestWorkerBundleMatrix(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	bundles := map[string][]op{
+		"acquire+attempt":       {defaultOp(chatstate.Acquire, 0), defaultOp(chatstate.RecordGenerationAttempt, 0)},
+		"commit+finish+abandon": {defaultOp(chatstate.CommitStep, 0), defaultOp(chatstate.FinishTurn, 0), defaultOp(chatstate.Abandon, 0)},
+	}
+	states := append(append([]chatstate.State{}, chatstate.States...), chatstate.Invalid)
+	committed := map[string]int{}
+	for _, s := range states {
+		if s == chatstate.N {
+			continue
+		}
+		queueLens := []int{0}
+		switch s {
+		case chatstate.E1, chatstate.R1, chatstate.I1, chatstate.A1, chatstate.XE1:
+			queueLens = []int{1, 2}
+		}
+		for _, owned := range []bool{false, true} {
+			for _, queued := range queueLens {
+				for name, ops := range bundles {
+					cell := fmt.Sprintf("%s/owned=%t/queued=%d/%s", s, owned, queued, name)
+					id := h.reach(s, queued, owned)
+					before := h.loadModel(id)
+					want := before.predictBundle(ops)
+					commitsBefore := h.commits.count()
+					ids, err := h.applyBundleDB(id, ops)
+					after := h.loadModel(id)
+					if want != nil {
+						require.ErrorIs(t, err, want, cell)
+						require.Equal(t, before.norm(), after.norm(), "%s: a refused bundle changed the chat", cell)
+						require.Equal(t, commitsBefore, h.commits.count(), "%s: a refused bundle notified", cell)
+						continue
+					}
+					require.NoError(t, err, cell)
+					expect := before
+					expect.applyBundle(ops, ids)
+					require.Equal(t, expect.norm(), after.norm(), "%s: Postgres and the reference model disagree", cell)
+					require.Equal(t, commitsBefore+1, h.commits.count(), "%s: one notification per bundle", cell)
+					require.Equal(t, before.snapshot+1, after.snapshot, "%s: snapshot_version advances once", cell)
+					committed[name]++
+				}
+			}
+		}
+	}
+	// Acquire+attempt: R0 and R1 (two queue lengths), owned (a takeover)
+	// or not. Commit+finish+abandon: owned R0 and R1.
+	require.Equal(t, map[string]int{"acquire+attempt": 6, "commit+finish+abandon": 3}, committed)
+}

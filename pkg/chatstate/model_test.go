@@ -270,6 +270,12 @@ func (r *refModel) apply(o op, newQueuedID int64) {
 		return
 	}
 	r.snapshot++
+	r.applyInBundle(o, newQueuedID)
+}
+
+// applyInBundle applies o as one transition of a bundle whose snapshot bump
+// is already done.
+func (r *refModel) applyInBundle(o op, newQueuedID int64) {
 	from := r.state()
 	switch o.t {
 	case chatstate.SendMessageQueue, chatstate.SendMessageInterrupt:
@@ -436,6 +442,33 @@ func (h *harness) applyDB(id uuid.UUID, o op) (newQueuedID int64, err error) {
 		return 0, err
 	}
 	_, err = h.m.Update(ctx, id, func(tx *chatstate.Tx) error {
+		var err error
+		newQueuedID, err = h.applyTx(tx, o)
+		return err
+	})
+	return newQueuedID, err
+}
+
+// applyBundleDB runs ops as one bundle, in order; it returns each op's new
+// queued message ID (0 when none).
+func (h *harness) applyBundleDB(id uuid.UUID, ops []op) ([]int64, error) {
+	ids := make([]int64, len(ops))
+	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		for i, o := range ops {
+			var err error
+			if ids[i], err = h.applyTx(tx, o); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// applyTx applies o, any transition but Create, in the open bundle tx.
+func (h *harness) applyTx(tx *chatstate.Tx, o op) (newQueuedID int64, err error) {
+	ctx := h.ctx
+	err = func() error {
 		queueID := func() (int64, error) {
 			qs, err := tx.QueuedMessages(ctx)
 			if err != nil {
@@ -566,8 +599,37 @@ func (h *harness) applyDB(id uuid.UUID, o op) (newQueuedID int64, err error) {
 			return tx.ReconcileInvalidState(ctx)
 		}
 		return fmt.Errorf("applyDB: unknown transition %s", o.t)
-	})
+	}()
 	return newQueuedID, err
+}
+
+// clone is a copy of r that applying ops to does not change r.
+func (r refModel) clone() refModel {
+	r.msgs, r.queue = slices.Clone(r.msgs), slices.Clone(r.queue)
+	return r
+}
+
+// predictBundle returns the error class the model expects for ops applied
+// as one bundle (the first op's refusal, judged in the state the ops before
+// it left), or nil.
+func (r *refModel) predictBundle(ops []op) error {
+	m := r.clone()
+	m.snapshot++
+	for i, o := range ops {
+		if err := m.predict(o); err != nil {
+			return err
+		}
+		m.applyInBundle(o, int64(1<<50+i)) // a placeholder: no later op reads it
+	}
+	return nil
+}
+
+// applyBundle applies ops as one bundle: one snapshot bump.
+func (r *refModel) applyBundle(ops []op, newQueuedIDs []int64) {
+	r.snapshot++
+	for i, o := range ops {
+		r.applyInBundle(o, newQueuedIDs[i])
+	}
 }
 
 func toNewMessage(m refMsg) chatstate.NewMessage {

@@ -41,7 +41,8 @@ func TestPropertyRandomWalks(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		walk(rt, h, cov)
 	})
-	t.Logf("%d steps, %d committed; states visited: %v; committed transitions: %v", cov.steps, cov.ok, cov.visited, cov.committed)
+	t.Logf("%d steps, %d committed (%d bundles of several transitions); states visited: %v; committed transitions: %v", cov.steps, cov.ok, cov.bundles, cov.visited, cov.committed)
+	require.Greater(t, cov.bundles, 50, "bundles of several transitions committed")
 	// The walks must actually explore: most states reached, most transitions committed.
 	require.GreaterOrEqual(t, len(cov.visited), 11, "states visited")
 	require.GreaterOrEqual(t, len(cov.committed), 18, "distinct transitions committed")
@@ -49,6 +50,7 @@ func TestPropertyRandomWalks(t *testing.T) {
 
 type coverage struct {
 	steps, ok int
+	bundles   int // committed bundles of several transitions
 	visited   map[chatstate.State]int
 	committed map[chatstate.Transition]int
 }
@@ -92,30 +94,98 @@ func walk(rt *rapid.T, h *harness, cov *coverage) {
 			}
 			model.archived = true
 		}
-		want := model.predict(o)
-		newQueuedID, err := h.applyDB(id, o)
-		if want != nil {
-			if !errors.Is(err, want) {
-				rt.Fatalf("step %d %s in %s: want error %v, got %v", i, o, model.state(), want, err)
-			}
-		} else {
-			if err != nil {
-				rt.Fatalf("step %d %s in %s: want success, got %v", i, o, model.state(), err)
-			}
-			model.apply(o, newQueuedID)
-			cov.ok++
-			cov.committed[o.t]++
+		if model.exists && rapid.IntRange(0, 3).Draw(rt, "bundle") == 0 {
+			// Several transitions in one bundle: the worker's (Acquire with
+			// RecordGenerationAttempt; CommitStep with FinishTurn and
+			// Abandon), or transitions each allowed where the one before
+			// left the chat.
+			ops := bundleGen(&model, &callSeq).Draw(rt, "ops")
+			step(rt, h, id, &model, ops, cov, i)
+			continue
 		}
-		cov.steps++
-		cov.visited[model.state()]++
-		got := h.loadModel(id)
-		if !equalModels(model, got) {
-			rt.Fatalf("step %d %s: model and Postgres disagree\nmodel:    %+v\npostgres: %+v", i, o, model.norm(), got.norm())
-		}
+		step(rt, h, id, &model, []op{o}, cov, i)
 	}
 }
 
 func equalModels(a, b refModel) bool { return reflect.DeepEqual(a.norm(), b.norm()) }
+
+// step applies ops to Postgres (one op alone, several as one bundle) and,
+// when the model predicts they commit, to the model; a refused step must
+// change nothing. Then both must agree.
+func step(rt *rapid.T, h *harness, id uuid.UUID, model *refModel, ops []op, cov *coverage, i int) {
+	var want, err error
+	ids := make([]int64, 1)
+	if len(ops) == 1 {
+		want = model.predict(ops[0])
+		ids[0], err = h.applyDB(id, ops[0])
+	} else {
+		want = model.predictBundle(ops)
+		ids, err = h.applyBundleDB(id, ops)
+	}
+	if want != nil {
+		if !errors.Is(err, want) {
+			rt.Fatalf("step %d %v in %s: want error %v, got %v", i, ops, model.state(), want, err)
+		}
+	} else {
+		if err != nil {
+			rt.Fatalf("step %d %v in %s: want success, got %v", i, ops, model.state(), err)
+		}
+		if len(ops) == 1 {
+			model.apply(ops[0], ids[0])
+		} else {
+			model.applyBundle(ops, ids)
+			cov.bundles++
+		}
+		cov.ok++
+		for _, o := range ops {
+			cov.committed[o.t]++
+		}
+	}
+	cov.steps++
+	cov.visited[model.state()]++
+	got := h.loadModel(id)
+	if !equalModels(*model, got) {
+		rt.Fatalf("step %d %v: model and Postgres disagree\nmodel:    %+v\npostgres: %+v", i, ops, model.norm(), got.norm())
+	}
+}
+
+// bundleGen draws two or three transitions for one bundle: mostly the
+// worker's two bundles, else each drawn from what the model allows after
+// the ones before it (the last may be refused, which rolls back all).
+func bundleGen(model *refModel, callSeq *int) *rapid.Generator[[]op] {
+	return rapid.Custom(func(rt *rapid.T) []op {
+		text := func() op {
+			return op{t: chatstate.CommitStep, step: []refMsg{{role: chatstate.RoleAssistant, visibility: chatstate.VisibleToBoth}}}
+		}
+		switch rapid.IntRange(0, 2).Draw(rt, "shape") {
+		case 0:
+			return []op{{t: chatstate.Acquire}, {t: chatstate.RecordGenerationAttempt}}
+		case 1:
+			return []op{text(), {t: chatstate.FinishTurn}, {t: chatstate.Abandon}}
+		}
+		m := model.clone()
+		m.snapshot++
+		var ops []op
+		for n := rapid.IntRange(2, 3).Draw(rt, "len"); len(ops) < n; {
+			o := op{t: rapid.SampledFrom(chatstate.Transitions).Draw(rt, "t")}
+			if allowed := m.allowedTransitions(); len(allowed) > 0 && rapid.IntRange(0, 4).Draw(rt, "preferAllowed") > 0 {
+				o.t = rapid.SampledFrom(allowed).Draw(rt, "allowed")
+			}
+			if o.t == chatstate.Create {
+				continue
+			}
+			if o.t == chatstate.CommitStep {
+				o.step = stepGen(callSeq).Draw(rt, "step")
+			}
+			ops = append(ops, o)
+			if m.predict(o) != nil {
+				break
+			}
+			m.applyInBundle(o, int64(1<<50+len(ops)))
+		}
+		return ops
+	})
+}
 
 // opGen draws a transition with random arguments. Steps are drawn so that
 // tool calls get IDs unique within a walk.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
 )
 
@@ -469,6 +470,7 @@ func TestViewIsReadOnlyAndSilent(t *testing.T) {
 	before, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)
 	commits := h.commits.count()
+	other := dbtest.OtherSession(t, h.pool)
 	var pending []chatstate.OpenToolCall
 	err = h.m.View(h.ctx, id, func(tx *chatstate.Tx) (err error) {
 		require.NoError(t, tx.CheckFence(chatstate.Fence{HistoryVersion: before.Chat.HistoryVersion, Status: chatstate.StatusRequiresAction, RunnerID: *before.Chat.RunnerID}))
@@ -476,6 +478,12 @@ func TestViewIsReadOnlyAndSilent(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		// Reading took no transaction ID: the view is no write transaction
+		// (the test's database is its own, so only its sessions count).
+		var writers int
+		require.NoError(t, other.QueryRow(h.ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND backend_xid IS NOT NULL`).Scan(&writers))
+		require.Zero(t, writers, "a view takes no transaction ID")
 		return tx.CancelRequiresAction(h.ctx, "")
 	})
 	require.ErrorIs(t, err, chatstate.ErrInvalidArgument, "transitions are refused on a view")

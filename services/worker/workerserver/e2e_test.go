@@ -275,3 +275,38 @@ func TestPartsStreamFromTheOwningWorker(t *testing.T) {
 	e.waitStatus(id, chatstate.StatusWaiting)
 	require.Equal(t, []string{text.String()}, e.replies(id), "the streamed parts are the committed reply")
 }
+
+// TestSimpleTurnCostsTwoWorkerBundles: a turn answered with plain text, from
+// a prompt to a waiting chat no worker owns, is two worker bundles (each
+// advances snapshot_version by exactly one): Acquire with the first
+// RecordGenerationAttempt, and CommitStep with FinishTurn and Abandon. The
+// next prompt sent to the waiting chat costs the same two after its own
+// SendMessage bundle.
+func TestSimpleTurnCostsTwoWorkerBundles(t *testing.T) {
+	t.Parallel()
+	e := newE2E(t)
+	id := e.chat("::reply ok")
+	startWorker(t, e.dbURL, e.natsURL)
+	idle := func() queries.Chat {
+		t.Helper()
+		var c queries.Chat
+		require.Eventually(t, func() bool {
+			s, err := e.m.Get(e.ctx, id)
+			c = s.Chat
+			return err == nil && c.Status == chatstate.StatusWaiting && c.WorkerID == nil
+		}, 60*time.Second, 5*time.Millisecond, "chat %s never became idle", id)
+		return c
+	}
+	first := idle()
+	require.Equal(t, int64(1+2), first.SnapshotVersion, "Create, then two worker bundles")
+	require.Equal(t, []string{"ok"}, e.replies(id))
+
+	_, err := e.m.Update(e.ctx, id, func(tx *chatstate.Tx) error {
+		_, err := tx.SendMessage(e.ctx, chatstate.UserMessage(chatmsg.Content{chatmsg.Text("::reply again")}), chatstate.BusyQueue)
+		return err
+	})
+	require.NoError(t, err)
+	second := idle()
+	require.Equal(t, first.SnapshotVersion+1+2, second.SnapshotVersion, "SendMessage, then two worker bundles")
+	require.Equal(t, []string{"ok", "again"}, e.replies(id))
+}

@@ -43,6 +43,15 @@ type Spawner interface {
 	Spawn(ctx context.Context, spec runner.Spec) error
 }
 
+// FirstStepper is a Spawner that can decide a new runner's first step
+// inside the Acquire bundle (runner.DecideFirstStep), so that the runner
+// starts generating without another commit. The runner manager is one.
+type FirstStepper interface {
+	// FirstStep runs in the bundle, after Acquire; nil when it applied
+	// nothing. An error rolls the bundle back.
+	FirstStep(ctx context.Context, tx *chatstate.Tx, spec runner.Spec) (*runner.FirstStep, error)
+}
+
 // Config tunes a Loop.
 type Config struct {
 	// WorkerID is this worker's ID, written to chats.worker_id.
@@ -317,6 +326,9 @@ func (l *Loop) Pass(ctx context.Context) (Stats, error) {
 // errSkip rolls back an acquisition whose chat no longer qualifies.
 var errSkip = errors.New("chat no longer needs an owner")
 
+// errFirstStep rolls back an acquisition whose bundled first step failed.
+var errFirstStep = errors.New("the first step failed")
+
 // TryAcquire acquires chat id if, under its row lock, it is still runnable
 // and unowned or owned by a stale lease, and admission finds it a slot;
 // then it asks the manager to run it. It reports whether it acquired the
@@ -334,7 +346,9 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 	}()
 	runnerID := uuid.New()
 	var takenOver bool
-	_, err = l.machine.Update(ctx, id, func(tx *chatstate.Tx) error {
+	var first *runner.FirstStep
+	stepper, bundleFirst := l.spawner.(FirstStepper)
+	acquireFn := func(tx *chatstate.Tx) error {
 		c := tx.Chat()
 		if !tx.State().Runnable() {
 			return errSkip
@@ -370,15 +384,34 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 			}
 		}
 		takenOver = owned
-		return tx.Acquire(ctx, l.cfg.WorkerID, runnerID)
-	})
+		if err := tx.Acquire(ctx, l.cfg.WorkerID, runnerID); err != nil {
+			return err
+		}
+		if !bundleFirst {
+			return nil
+		}
+		var err error
+		first, err = stepper.FirstStep(ctx, tx, runner.Spec{ChatID: id, WorkerID: l.cfg.WorkerID, RunnerID: runnerID, TakenOver: owned})
+		if err != nil {
+			return fmt.Errorf("%w: %w", errFirstStep, err)
+		}
+		return nil
+	}
+	_, err = l.machine.Update(ctx, id, acquireFn)
+	if errors.Is(err, errFirstStep) && ctx.Err() == nil {
+		// The first step failed, not the acquisition: acquire alone and let
+		// the runner decide the step (and meet the failure) itself.
+		l.cfg.Log.Warn("decide the first step in the acquisition bundle", "chat_id", id.String(), "error", err.Error())
+		bundleFirst, first = false, nil
+		_, err = l.machine.Update(ctx, id, acquireFn)
+	}
 	if errors.Is(err, errSkip) || errors.Is(err, chatstate.ErrChatNotFound) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	spec := runner.Spec{ChatID: id, WorkerID: l.cfg.WorkerID, RunnerID: runnerID, TakenOver: takenOver}
+	spec := runner.Spec{ChatID: id, WorkerID: l.cfg.WorkerID, RunnerID: runnerID, TakenOver: takenOver, First: first}
 	if err := l.spawner.Spawn(ctx, spec); err != nil {
 		// No runner will heartbeat the chat: hand it back at once rather
 		// than after the lease.

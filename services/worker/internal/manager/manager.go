@@ -18,6 +18,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/services/worker/internal/acquire"
 	"github.com/chatd/chatd/services/worker/internal/runner"
 )
@@ -104,6 +105,10 @@ type Manager struct {
 	exits sync.WaitGroup // OnExit calls in flight
 
 	leases metric.Int64Counter // MetricLeaseRenewals
+
+	// realRunners: the runners are runner.New's, which take up a first
+	// step decided in the Acquire bundle; a test's fake Factory does not.
+	realRunners bool
 }
 
 type spawnReq struct {
@@ -135,7 +140,8 @@ func New(pool *pgxpool.Pool, deps runner.Deps, cfg Config) *Manager {
 	if cfg.CleanupInterval <= 0 {
 		cfg.CleanupInterval = cfg.Lease
 	}
-	if cfg.Factory == nil {
+	realRunners := cfg.Factory == nil
+	if realRunners {
 		cfg.Factory = runner.New
 	}
 	if cfg.HeartbeatPool == nil {
@@ -148,13 +154,14 @@ func New(pool *pgxpool.Pool, deps runner.Deps, cfg Config) *Manager {
 		cfg.Log = slog.Default()
 	}
 	m := &Manager{
-		pool:       pool,
-		cfg:        cfg,
-		spawnCh:    make(chan spawnReq),
-		cleanupCh:  make(chan Key),
-		completeCh: make(chan Key),
-		stopped:    make(chan struct{}),
-		runners:    make(map[uuid.UUID]map[uuid.UUID]*entry),
+		pool:        pool,
+		cfg:         cfg,
+		spawnCh:     make(chan spawnReq),
+		cleanupCh:   make(chan Key),
+		completeCh:  make(chan Key),
+		stopped:     make(chan struct{}),
+		runners:     make(map[uuid.UUID]map[uuid.UUID]*entry),
+		realRunners: realRunners,
 	}
 	deps.RequestCleanup = m.RequestCleanup
 	m.deps = deps
@@ -200,6 +207,15 @@ func (m *Manager) Spawn(ctx context.Context, spec runner.Spec) error {
 	}
 	<-req.ack
 	return nil
+}
+
+// FirstStep decides a new runner's first generation step inside its
+// Acquire bundle (acquire.FirstStepper, runner.DecideFirstStep).
+func (m *Manager) FirstStep(ctx context.Context, tx *chatstate.Tx, spec runner.Spec) (*runner.FirstStep, error) {
+	if !m.realRunners {
+		return nil, nil
+	}
+	return runner.DecideFirstStep(ctx, m.deps, spec, tx)
 }
 
 // RequestCleanup asks the main loop to stop and clean up runner (chatID,

@@ -104,6 +104,9 @@ type Spec struct {
 	ChatID, WorkerID, RunnerID uuid.UUID
 	// TakenOver: acquired from an owner whose heartbeat went stale.
 	TakenOver bool
+	// First is the first generation step, decided and applied in the
+	// Acquire bundle (DecideFirstStep); nil when none was.
+	First *FirstStep
 }
 
 // Runner is one chat runner. Create it with New, start it with Run, feed it

@@ -116,7 +116,7 @@ func (r *runner) planManualCompaction(ctx context.Context, tx *chatstate.Tx, msg
 // response's prompt usage against the binding trigger. It plans a
 // compaction, or ends the turn with the "still over limit" error when the
 // previous summary did not bring the prompt under the trigger.
-func (r *runner) planAutoCompaction(ctx context.Context, tx *chatstate.Tx, msgs []queries.ChatMessage, p *plan) (bool, error) {
+func (r *runner) planAutoCompaction(ctx context.Context, tx *chatstate.Tx, msgs []queries.ChatMessage, p *plan, scope stepScope) (bool, error) {
 	h := compaction.Analyze(msgs)
 	if !h.HasLatestUsage {
 		return false, nil // nothing answered since the boundary: no usage to judge
@@ -129,6 +129,9 @@ func (r *runner) planAutoCompaction(ctx context.Context, tx *chatstate.Tx, msgs 
 	case compaction.Continue:
 		return false, nil
 	case compaction.StillOverLimit:
+		if !scope.allows(actionFinishError) {
+			return true, p.defer_()
+		}
 		p.kind, p.action = planDone, actionFinishError
 		p.finishErr = compaction.StillOverLimitMessage(triggers, h.FirstPromptTokens)
 		return true, tx.FinishError(ctx, p.finishErr)

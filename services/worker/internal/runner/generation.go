@@ -39,10 +39,11 @@ func turnLimitMessage(limit time.Duration) string {
 type planKind int
 
 const (
-	planDone  planKind = iota // a finishing transition was applied
-	planTools                 // open worker-executed tool calls need results
-	planModel                 // call the model
-	planStop                  // the turn is complete: dispatch stop (stophooks.go)
+	planDeferred planKind = iota // nothing decided: left to the generation goroutine (bundle.go)
+	planDone                     // a finishing transition was applied
+	planTools                    // open worker-executed tool calls need results
+	planModel                    // call the model
+	planStop                     // the turn is complete: dispatch stop (stophooks.go)
 )
 
 // plan is what the generation goroutine decided under the fence.
@@ -76,7 +77,10 @@ func (r *runner) generate(ctx context.Context, in intent) error {
 	for {
 		began := r.clock.Now()
 		var p plan
-		if _, err := r.update(ctx, in, func(tx *chatstate.Tx) error { return r.decideStep(ctx, tx, &p) }); err != nil {
+		if first, ok := r.takeFirstStep(in); ok {
+			// Decided and committed with the Acquire (bundle.go).
+			p, began = first.plan, first.began
+		} else if _, err := r.update(ctx, in, func(tx *chatstate.Tx) error { return r.decideStep(ctx, tx, &p, scopeAny) }); err != nil {
 			return err
 		}
 		again, err := r.traceStep(withTurnID(ctx, p.turnID), p, began, func(ctx context.Context) (bool, error) {
@@ -142,8 +146,10 @@ func stageError(ctx context.Context, err error) error {
 
 // decideStep reads the history inside the bundle and applies
 // EnterRequiresAction, FinishTurn or FinishError (turn time limit), or
-// counts the coming model call with RecordGenerationAttempt.
-func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan) error {
+// counts the coming model call with RecordGenerationAttempt. A scope other
+// than scopeAny lets it apply only some of these (bundle.go): for any
+// other step it changes nothing and leaves p.kind planDeferred.
+func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scope stepScope) error {
 	msgs, err := tx.ActiveMessages(ctx)
 	if err != nil {
 		return err
@@ -155,6 +161,9 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan) erro
 		return err
 	}
 	if len(pending) > 0 {
+		if !scope.allows(actionRequiresAction) {
+			return p.defer_()
+		}
 		p.kind, p.action = planDone, actionRequiresAction
 		return tx.EnterRequiresAction(ctx)
 	}
@@ -163,19 +172,31 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan) erro
 		return err
 	}
 	if len(open) > 0 {
+		if !scope.allows(actionRunTools) {
+			return p.defer_()
+		}
 		// The tools read the calling chat (its family, its project).
 		p.kind, p.open, p.msgs, p.action, p.chat = planTools, open, msgs, actionRunTools, tx.Chat()
 		return nil
+	}
+	if tx.Chat().CompactionRequestedAt != nil && !scope.allows(actionCompaction) {
+		return p.defer_()
 	}
 	if ok, err := r.planManualCompaction(ctx, tx, msgs, p); ok || err != nil {
 		return err
 	}
 	if turnComplete(msgs, r.cfg.MaxStepsPerTurn) && !stopContinuation(msgs) {
 		if r.stopHooksActive() {
+			if !scope.allows(actionStopHook) {
+				return p.defer_()
+			}
 			// Dispatch stop outside the transaction, then finish under
 			// the fence (stophooks.go).
 			p.kind, p.action, p.chat, p.msgs = planStop, actionStopHook, tx.Chat(), msgs
 			return nil
+		}
+		if !scope.allows(actionFinishTurn) {
+			return p.defer_()
 		}
 		p.kind, p.action, p.queuedAt = planDone, actionFinishTurn, queueHead(ctx, tx)
 		_, err := tx.FinishTurn(ctx)
@@ -185,12 +206,18 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan) erro
 		if start, ok := turnStart(msgs); ok {
 			p.turnDeadline = start.Add(limit)
 			if !r.clock.Now().Before(p.turnDeadline) {
+				if !scope.allows(actionFinishError) {
+					return p.defer_()
+				}
 				p.kind, p.action = planDone, actionFinishError
 				return tx.FinishError(ctx, turnLimitMessage(limit))
 			}
 		}
 	}
-	if ok, err := r.planAutoCompaction(ctx, tx, msgs, p); ok || err != nil {
+	if !scope.allows(actionModelCall) {
+		return p.defer_()
+	}
+	if ok, err := r.planAutoCompaction(ctx, tx, msgs, p, scope); ok || err != nil {
 		return err
 	}
 	if err := tx.RecordGenerationAttempt(ctx); err != nil {
@@ -535,18 +562,33 @@ func (r *runner) commitResponse(ctx context.Context, in intent, p plan, cfg mode
 	return r.commitToolStep(ctx, in, step, hookErr)
 }
 
-// commitStep applies CommitStep under the fence, in the commit stage. A
-// transient database failure is retried with the same step (commit.go):
-// the model is not called again, the tools do not run again.
+// commitStep applies CommitStep under the fence, in the commit stage, and
+// in the same bundle what ends the turn when the step leaves nothing to do
+// (bundle.go). A transient database failure is retried with the same step
+// (commit.go): the model is not called again, the tools do not run again.
 func (r *runner) commitStep(ctx context.Context, in intent, step chatstate.Step) error {
 	_, commit := r.stages.Start(ctx, telemetry.StageCommit)
 	var attempt int64
+	var finish plan
 	_, err := r.commit(ctx, in, "commit_step", func(tx *chatstate.Tx) error {
 		attempt = tx.Chat().GenerationAttempt
-		_, err := tx.CommitStep(ctx, step)
+		if _, err := tx.CommitStep(ctx, step); err != nil {
+			return err
+		}
+		var err error
+		finish, err = r.finishInBundle(ctx, tx)
 		return err
 	})
 	commit.SetAttributes(attribute.Int64(telemetry.AttrAttempt, attempt))
+	if err == nil && finish.kind == planDone {
+		commit.SetAttributes(attribute.String(telemetry.AttrGenerationAction, finish.action))
+		// The finishing transition committed (spec "Turn span
+		// lifecycle", Complete): the step's settle closes the turn.
+		r.turns.complete(ctx)
+		if finish.queuedAt != nil {
+			r.turns.recordQueueWait(*finish.queuedAt, r.clock.Now())
+		}
+	}
 	commit.End(stageError(ctx, err))
 	return err
 }

@@ -78,6 +78,8 @@ type runner struct {
 	wake    chan struct{}
 
 	wg sync.WaitGroup // the spawned goroutines
+
+	first firstStep // Spec.First until the first generation goroutine (bundle.go)
 }
 
 func newRunner(deps Deps, spec Spec) Runner {
@@ -99,7 +101,8 @@ func newRunner(deps Deps, spec Spec) Runner {
 		DisableMetrics: !telemetry.StageMetricsEnabled(experiments),
 	})
 	return &runner{
-		deps: deps, cfg: deps.Config.withDefaults(), spec: spec, clock: clock,
+		first: firstStep{step: spec.First},
+		deps:  deps, cfg: deps.Config.withDefaults(), spec: spec, clock: clock,
 		log:    log.With(telemetry.ChatAttr(spec.ChatID), telemetry.RunnerAttr(spec.RunnerID)),
 		stages: stages,
 		turns:  newTurnSpans(stages, spec.ChatID, spec.TakenOver),
@@ -174,7 +177,18 @@ func (r *runner) Run(ctx context.Context) error {
 		r.turns.exit(r.clock.Now())
 	}()
 
-	if !r.bootstrap(ctx) {
+	if f := r.spec.First; f != nil {
+		// The Acquire bundle's snapshot starts the first step at once; the
+		// fetch after subscribing still runs, beside the loop, so that an
+		// update committed before the subscription was live is not missed.
+		r.turns.setChatKind(telemetry.ChatKind(f.chat.ParentChatID != nil))
+		r.submit(EventFromChat(f.chat))
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			r.bootstrap(ctx)
+		}()
+	} else if !r.bootstrap(ctx) {
 		return nil // ctx ended
 	}
 	for {

@@ -1,0 +1,149 @@
+package e2e_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/cmd/internal/stacktest"
+	"github.com/chatd/chatd/pkg/db/migrate"
+	"github.com/chatd/chatd/pkg/db/pgcluster"
+)
+
+// BenchmarkWriteTransactionsPerTurn counts the write transactions one
+// simple turn costs: `::reply ok` sent to a waiting chat over REST and
+// awaited (the answer committed, the chat waiting and released by its
+// worker), with api, worker, relay and stream as separate processes.
+//
+// It counts by the cluster's transaction-ID horizon, which only a
+// transaction that writes advances (a read-only one never gets an ID): the
+// stack runs on a private cluster (fsync on), so no other test's
+// transactions are counted. The horizon's advance over b.N turns, minus its
+// advance over an idle stretch as long as the turns took (heartbeats, the
+// worker registry), divided by b.N is write_tx/turn. Run it with a fixed
+// count, e.g. -benchtime=20x.
+func BenchmarkWriteTransactionsPerTurn(b *testing.B) {
+	dbURL := durableCluster(b)
+	s := stacktest.StartWith(b, stacktest.Options{Streams: 1, DatabaseURL: dbURL})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(b, err)
+	defer conn.Close(context.Background())
+
+	chatID := s.Post(b, "/api/v2/chats", `{}`)["id"].(string)
+	events, closeEvents := s.OpenSSE(b, s.Streams[0], chatID, "")
+	defer closeEvents()
+	turn := func() {
+		s.Post(b, "/api/v2/chats/"+chatID+"/messages", `{"content":[{"type":"text","text":"::reply ok"}]}`)
+		awaitTurn(b, s, events)
+		awaitUnowned(ctx, b, conn, chatID)
+	}
+	// The first turn creates what later turns reuse (the caller's rows,
+	// the worker's caches); it is not counted.
+	turn()
+
+	b.ResetTimer()
+	began, start := time.Now(), xidHorizon(ctx, b, conn)
+	for i := 0; i < b.N; i++ {
+		turn()
+	}
+	turns := xidHorizon(ctx, b, conn) - start
+	took := time.Since(began)
+	b.StopTimer()
+
+	// The same stretch with nothing to do: what the services write anyway.
+	idleFrom := xidHorizon(ctx, b, conn)
+	time.Sleep(took) // a measurement window, not a wait for a condition
+	idle := xidHorizon(ctx, b, conn) - idleFrom
+
+	b.ReportMetric(float64(turns-idle)/float64(b.N), "write_tx/turn")
+	b.ReportMetric(float64(idle), "idle_write_tx")
+	b.ReportMetric(float64(b.N)/took.Seconds(), "turns/s")
+	b.ReportMetric(0, "ns/op")
+}
+
+// awaitTurn reads events until a committed assistant message followed by
+// status waiting.
+func awaitTurn(b *testing.B, s *stacktest.Stack, events <-chan stacktest.SSEEvent) {
+	b.Helper()
+	committed := false
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				b.Fatalf("the SSE connection ended during a turn\n%s", s.Stderr())
+			}
+			if stacktest.AssistantText(ev) != "" {
+				committed = true
+			}
+			if committed && stacktest.Status(ev) == "waiting" {
+				return
+			}
+		case <-deadline:
+			b.Fatalf("timed out waiting for the end of a turn\n%s", s.Stderr())
+		}
+	}
+}
+
+// awaitUnowned polls (read-only, so it assigns no transaction ID) until no
+// worker owns the chat: the turn's last write, wherever the worker makes
+// it, is in.
+func awaitUnowned(ctx context.Context, b *testing.B, conn *pgx.Conn, chatID string) {
+	b.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for delay := 100 * time.Microsecond; ; delay = min(2*delay, 20*time.Millisecond) {
+		var owned bool
+		require.NoError(b, conn.QueryRow(ctx, `SELECT worker_id IS NOT NULL FROM chats WHERE id = $1`, chatID).Scan(&owned))
+		if !owned {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("chat %s still owned 30 s after its turn ended", chatID)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// xidHorizon is the next transaction ID the cluster will assign, read
+// without assigning one.
+func xidHorizon(ctx context.Context, b *testing.B, conn *pgx.Conn) int64 {
+	b.Helper()
+	var x int64
+	require.NoError(b, conn.QueryRow(ctx, `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&x))
+	return x
+}
+
+// durableCluster starts a private cluster with fsync on (as production
+// runs) holding one migrated database, and returns the database's URL.
+func durableCluster(t testing.TB) string {
+	_, url := privateCluster(t, pgcluster.Options{Durable: true})
+	return url
+}
+
+// privateCluster starts a private cluster holding one migrated database,
+// chatd, removed when the test ends, and returns it with the database's URL.
+func privateCluster(t testing.TB, opts pgcluster.Options) (*pgcluster.Cluster, string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "chatd-e2e-")
+	require.NoError(t, err)
+	c, err := pgcluster.Start(dir, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Remove() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, c.URL)
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, "CREATE DATABASE chatd")
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+	url := strings.Replace(c.URL, "/postgres?", "/chatd?", 1)
+	require.NoError(t, migrate.Up(ctx, url))
+	return c, url
+}
