@@ -70,8 +70,8 @@ func (f *feeder) Configure(_ context.Context, ep streamloop.Episode) {
 	default:
 	}
 }
-func (f *feeder) C() <-chan streamloop.LivePart                 { return f.ch }
-func (f *feeder) Close()                                        {}
+func (f *feeder) C() <-chan streamloop.LivePart { return f.ch }
+func (f *feeder) Close()                        {}
 
 // relay opens the hub's upstreams and counts the watchers that selected
 // the episode.
