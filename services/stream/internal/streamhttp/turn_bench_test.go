@@ -43,7 +43,8 @@ import (
 //     over the whole turn (its Syncs included);
 //   - db_acquires/update: pool acquisitions per chat update (one per
 //     watcher when every loop reads alone);
-//   - connect_s: connecting every watcher.
+//   - connect_s, connect_cpu_s: connecting every watcher (wall and the
+//     process's CPU; the in-process NATS server's share included).
 //
 // Settings: CHATD_BENCH_CHATS chats (default 1) × CHATD_BENCH_WATCHERS
 // watchers each (default 5,000) on CHATD_BENCH_REPLICAS stream endpoints
@@ -64,9 +65,9 @@ func BenchmarkTurn(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		e := newTurnEnv(b, chats, replicas)
 		ctx, cancel := context.WithCancel(context.Background())
-		start := time.Now()
+		start, cpu0 := time.Now(), cpuTime()
 		sinks, wg := e.watch(b, ctx, perChat)
-		connect := time.Since(start)
+		connect, connectCPU := time.Since(start), cpuTime()-cpu0
 		r := e.turn(b, sinks, parts, rate)
 		cancel()
 		wg.Wait()
@@ -76,6 +77,7 @@ func BenchmarkTurn(b *testing.B) {
 		n := chats * perChat
 		b.ReportMetric(float64(n), "watchers")
 		b.ReportMetric(connect.Seconds(), "connect_s")
+		b.ReportMetric(connectCPU.Seconds(), "connect_cpu_s")
 		b.ReportMetric(float64(r.missed), "missed")
 		b.ReportMetric(pct(r.first, 50), "post_to_first_p50_ms")
 		b.ReportMetric(pct(r.first, 99), "post_to_first_p99_ms")

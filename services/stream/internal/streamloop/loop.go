@@ -313,6 +313,11 @@ func (l *Loop) Finish(ctx context.Context, f Fetched) ([]Event, error) {
 	if f.r == nil || f.r.l != l {
 		return nil, errors.New("stream loop: finishing a read of another loop")
 	}
+	if l.prepare(nil).in != f.r.in {
+		// Another Sync moved the loop since the read was prepared: its
+		// result no longer fits (the caller runs one read at a time).
+		return nil, fmt.Errorf("stream loop of chat %s: finishing a read prepared at another position", l.chatID)
+	}
 	h, db := f.r.h, f.db
 	if h != nil && db.chat.SnapshotVersion <= l.st.SnapshotVersion {
 		return nil, nil
