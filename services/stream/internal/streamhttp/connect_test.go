@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/chatstate"
@@ -211,4 +212,38 @@ func partTexts(t *testing.T, c *sseConn, n int) []string {
 		out = append(out, p["text"].(string))
 	}
 	return out
+}
+
+// TestOneSubscriptionPerChat: the replica's connections to one chat share
+// one chat:update subscription, which every one of them gets the chat's
+// changes through; it ends with the last of them, and a later connection
+// subscribes again.
+func TestOneSubscriptionPerChat(t *testing.T) {
+	t.Parallel()
+	var snc *nats.Conn
+	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { snc = s.NATS })
+	id, other := e.create(), e.create()
+	conns := []*sseConn{e.connect(id, ""), e.connect(id, ""), e.connect(id, "")}
+	for _, c := range conns {
+		require.Len(t, c.next(t, 3), 3)
+	}
+	require.Equal(t, 1, snc.NumSubscriptions(), "three watchers of one chat, one subscription")
+	o := e.connect(other, "")
+	require.Len(t, o.next(t, 3), 3)
+	require.Equal(t, 2, snc.NumSubscriptions())
+
+	e.reply(id, "hi!")
+	for _, c := range conns {
+		require.Equal(t, []string{"message:assistant:hi!", "status:waiting"}, summaries(c.next(t, 2)))
+	}
+	for _, c := range conns {
+		c.cancel()
+	}
+	require.Eventually(t, func() bool { return snc.NumSubscriptions() == 1 }, 10*time.Second, 10*time.Millisecond,
+		"the chat's subscription ends with its last watcher")
+
+	again := e.connect(id, "")
+	require.Len(t, again.next(t, 4), 4)
+	e.send(id, "more")
+	require.Equal(t, []string{"message:user:more", "status:running"}, summaries(again.next(t, 2)))
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/httperror"
-	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
@@ -84,6 +83,7 @@ type Server struct {
 	initOnce sync.Once
 	cache    *connectCache // nil without ConnectCacheTTL
 	streams  streamCounts
+	updates  updateHub
 }
 
 func (s *Server) init() {
@@ -203,16 +203,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.cache.owns(claims, chatID)
 	}
 
-	// Subscribe before the first Sync so no change after it is missed.
-	// Notifications are hints: while NATS is down the stream opens at once
-	// (no flush is attempted), the subscription comes back with the
-	// connection, and the poll keeps the stream correct meanwhile.
+	// Subscribe before the first Sync so no change after it is missed: to
+	// the replica's one subscription of the chat (updateHub).
 	c := newConn(s, chatID, resume)
 	defer c.close()
-	kept, _ := notify.Keep(s.NATS, func() (*nats.Subscription, error) {
-		return notify.SubscribeUpdates(s.NATS, chatID, c.notified)
-	}, notify.KeepOptions{Subject: notify.UpdateSubject(chatID), Log: s.log()})
-	defer kept.Stop()
+	defer s.updates.join(s, chatID, c)()
 
 	// The first read, before the response starts, so that its row decides
 	// the answer: the owner check again (the chat may have been deleted or
