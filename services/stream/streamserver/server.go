@@ -26,8 +26,12 @@ import (
 const name = "stream"
 
 // defaultDBMaxConns is the stream's pool size unless CHATD_DB_MAX_CONNS or
-// the URL's pool_max_conns sets one: each stream loop's sync reads hold one
-// connection for one statement, so watchers share a few.
+// the URL's pool_max_conns sets one. The watchers of a chat share one read
+// per change (streamloop.Reads), so the pool scales with the chats changing
+// at once, not with the watchers: the Sync reads take at most
+// CHATD_STREAM_SYNC_READS connections (default the pool less
+// reservedConns), and the rest serve the sync poller and the connects'
+// owner checks, which never queue behind a burst of Syncs.
 const defaultDBMaxConns = 16
 
 // Config holds the stream service's settings.
