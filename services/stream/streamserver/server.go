@@ -19,14 +19,19 @@ import (
 	"github.com/chatd/chatd/services/stream/internal/parthub"
 	"github.com/chatd/chatd/services/stream/internal/relayfwd"
 	"github.com/chatd/chatd/services/stream/internal/streamhttp"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
 // name is the service's short name: its health service is "chatd.v1.stream".
 const name = "stream"
 
 // defaultDBMaxConns is the stream's pool size unless CHATD_DB_MAX_CONNS or
-// the URL's pool_max_conns sets one: each stream loop's sync reads hold one
-// connection for one statement, so watchers share a few.
+// the URL's pool_max_conns sets one. The watchers of a chat share one read
+// per change (streamloop.Reads), so the pool scales with the chats changing
+// at once, not with the watchers: the Sync reads take at most
+// CHATD_STREAM_SYNC_READS connections (default the pool less
+// reservedConns), and the rest serve the sync poller and the connects'
+// owner checks, which never queue behind a burst of Syncs.
 const defaultDBMaxConns = 16
 
 // Config holds the stream service's settings.
@@ -44,6 +49,27 @@ type Config struct {
 	WriteTimeout time.Duration
 	// CORS is CHATD_CORS_ALLOWED_ORIGINS.
 	CORS cors.Policy
+	// SyncReads bounds the stream loops' committed-state reads in progress
+	// at once (streamloop.Reads); 0 derives it from the pool size.
+	SyncReads int
+	// MaxStreamsPerUser caps one user's concurrent streams on the replica.
+	MaxStreamsPerUser int
+	// ConnectCacheTTL is how long a verified token and a passed owner
+	// check serve later connects.
+	ConnectCacheTTL time.Duration
+}
+
+// reservedConns are the pool connections the Sync reads leave to the rest
+// of the replica when CHATD_STREAM_SYNC_READS is 0: the sync poller and the
+// connects' owner checks.
+const reservedConns = 4
+
+// syncReads is the bound on concurrent Sync reads for a pool of maxConns.
+func (c *Config) syncReads(maxConns int) int {
+	if c.SyncReads > 0 {
+		return c.SyncReads
+	}
+	return max(1, maxConns-reservedConns)
 }
 
 // Declare adds the stream service's settings to v.
@@ -59,6 +85,12 @@ func (c *Config) Declare(v *service.Vars) {
 		"host:port of the relay service, which forwards live message parts from workers.", false)
 	v.Duration(&c.WriteTimeout, "CHATD_STREAM_WRITE_TIMEOUT", streamhttp.DefaultWriteTimeout,
 		"How long a client may take to accept an event or heartbeat before the stream drops it (it resumes with its cursor).")
+	v.Int(&c.SyncReads, "CHATD_STREAM_SYNC_READS", 0, 0,
+		"Most committed-state reads the stream loops run at once (a burst queues briefly); the watchers of a chat share one read per change. 0 is the pool size (CHATD_DB_MAX_CONNS) less 4, kept for the sync poller and connects.")
+	v.Int(&c.MaxStreamsPerUser, "CHATD_STREAM_MAX_PER_USER", streamhttp.DefaultMaxStreamsPerUser, 0,
+		"Most streams one user may hold open on one stream replica; beyond it a stream answers 429 (TOO_MANY_STREAMS) with Retry-After. 0 is no cap.")
+	v.Duration(&c.ConnectCacheTTL, "CHATD_STREAM_CONNECT_CACHE_TTL", streamhttp.DefaultConnectCacheTTL,
+		"How long a verified token and a passed owner check serve later connects to the same chat (the first read still checks the owner).")
 	v.Var(cors.Env, "", cors.Usage, func(raw string) (err error) { c.CORS, err = cors.Parse(raw); return err })
 	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
@@ -122,8 +154,12 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	// One relay upstream per (chat, worker) on this replica, shared by every
 	// stream loop of the chat (parthub).
 	hub := parthub.New(func(chatID uuid.UUID) parthub.Upstream { return relay.New(chatID) }, parthub.Options{})
+	// The watchers of a chat on this replica share one read per change,
+	// and a burst of reads queues for a bounded share of the pool.
+	reads := streamloop.NewReads(pool, streamloop.ReadsOptions{MaxConcurrent: cfg.syncReads(int(pool.Config().MaxConns))})
 	srv := &streamhttp.Server{Pool: pool, NATS: nc, Verifier: verifier, Log: log, Poller: poller, Done: ctx.Done(),
-		Parts: hub.Parts, WriteTimeout: cfg.WriteTimeout}
+		Parts: hub.Parts, WriteTimeout: cfg.WriteTimeout, Reads: reads,
+		MaxStreamsPerUser: cfg.MaxStreamsPerUser, ConnectCacheTTL: cfg.ConnectCacheTTL}
 	if err := telemetry.ObserveGauge(tel.MeterProvider, telemetry.MetricStreamWatchers,
 		"Chat streams (SSE and WebSocket connections) this replica serves.", srv.Watchers); err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,7 +24,6 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/httperror"
-	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
@@ -68,6 +68,32 @@ type Server struct {
 	WriteTimeout time.Duration
 
 	watchers atomic.Int64
+	// Reads, when set, is the replica's shared committed-state reads: the
+	// watchers of a chat at one position share one read per snapshot, and
+	// at most its bound of reads run at once. Nil: each loop reads alone.
+	Reads *streamloop.Reads
+	// MaxStreamsPerUser caps the streams one user holds open on this
+	// replica at once; beyond it a stream is refused with 429
+	// (ReasonTooManyStreams) and Retry-After. 0 is no cap.
+	MaxStreamsPerUser int
+	// ConnectCacheTTL is how long a verified token and a passed owner check
+	// serve later connects of the same (user, organization, chat); the
+	// first read still checks the owner before the response starts. 0 is
+	// no cache.
+	ConnectCacheTTL time.Duration
+
+	initOnce sync.Once
+	cache    *connectCache // nil without ConnectCacheTTL
+	streams  streamCounts
+	updates  updateHub
+}
+
+func (s *Server) init() {
+	s.initOnce.Do(func() {
+		if s.ConnectCacheTTL > 0 {
+			s.cache = newConnectCache(s.ConnectCacheTTL)
+		}
+	})
 }
 
 // Watchers is the number of streams being served now.
@@ -122,11 +148,12 @@ func requestToken(r *http.Request) (string, error) {
 // the stream until the client leaves, the chat disappears or the service
 // stops.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.init()
 	ctx := r.Context()
 	token, err := requestToken(r)
 	var claims auth.Claims
 	if err == nil {
-		claims, err = s.Verifier.Verify(ctx, token)
+		claims, err = s.cache.verify(ctx, s.Verifier, token)
 	}
 	if err != nil {
 		writeError(w, http.StatusUnauthorized, err.Error())
@@ -159,19 +186,56 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		resume = &c
 	}
-	chat, err := queries.New(s.Pool).ChatGet(ctx, chatID)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && !claims.Owns(chat.OwnerID, chat.OrganizationID) {
+	if !s.streams.acquire(claims.UserID, s.MaxStreamsPerUser) {
+		writeTooManyStreams(w, s.MaxStreamsPerUser)
+		return
+	}
+	defer s.streams.release(claims.UserID)
+	// The owner check before anything reads the chat's messages; a check
+	// passed moments ago is not repeated (the first read below checks the
+	// row it reads again).
+	if !s.cache.ownerChecked(claims, chatID) {
+		chat, err := queries.New(s.Pool).ChatGet(ctx, chatID)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && !claims.Owns(chat.OwnerID, chat.OrganizationID) {
+			httperror.Write(w, httperror.Error{Status: http.StatusNotFound, Code: codes.NotFound, Reason: ReasonChatNotFound, Message: errNotFound})
+			return
+		}
+		if err != nil {
+			s.log().Error("read chat for stream", "chat_id", chatID, "error", err)
+			writeError(w, http.StatusInternalServerError, "could not read the chat")
+			return
+		}
+		s.cache.owns(claims, chatID)
+	}
+
+	// Subscribe before the first Sync so no change after it is missed: to
+	// the replica's one subscription of the chat (updateHub).
+	c := newConn(s, chatID, resume)
+	defer c.close()
+	defer s.updates.join(s, chatID, c)()
+
+	// The first read, before the response starts, so that its row decides
+	// the answer: the owner check again (the chat may have been deleted or
+	// moved since the check above or the cached one), then the cursor. It
+	// gets the same bounded retries as every later Sync: a database blip
+	// must not refuse a stream.
+	boot := c.loop.PrepareBootstrap()
+	f, err := retry(ctx, func() (streamloop.Fetched, error) { return boot.Do(ctx) })
+	if errors.Is(err, streamloop.ErrChatNotFound) || err == nil && !claims.Owns(f.Chat().OwnerID, f.Chat().OrganizationID) {
+		s.cache.forget(claims, chatID)
 		httperror.Write(w, httperror.Error{Status: http.StatusNotFound, Code: codes.NotFound, Reason: ReasonChatNotFound, Message: errNotFound})
 		return
 	}
 	if err != nil {
-		s.log().Error("read chat for stream", "chat_id", chatID, "error", err)
-		writeError(w, http.StatusInternalServerError, "could not read the chat")
+		if ctx.Err() == nil {
+			s.log().Error("stream bootstrap", "chat_id", chatID, "error", err)
+			writeError(w, http.StatusServiceUnavailable, "could not read the chat; try again")
+		}
 		return
 	}
 	if resume != nil {
 		// State only moves forward, so a cursor not ahead now never will be.
-		if err := resume.CheckAgainst(chat); err != nil {
+		if err := resume.CheckAgainst(f.Chat()); err != nil {
 			writeCursorError(w, err)
 			return
 		}
@@ -184,23 +248,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Message: "This endpoint streams: ask for Server-Sent Events (Accept: text/event-stream) or upgrade to a WebSocket."})
 		return
 	}
-
-	// Subscribe before the first Sync so no change after it is missed.
-	// Notifications are hints: while NATS is down the stream opens at once
-	// (no flush is attempted), the subscription comes back with the
-	// connection, and the poll keeps the stream correct meanwhile.
-	c := newConn(s, chatID, resume)
-	kept, _ := notify.Keep(s.NATS, func() (*nats.Subscription, error) {
-		return notify.SubscribeUpdates(s.NATS, chatID, c.notified)
-	}, notify.KeepOptions{Subject: notify.UpdateSubject(chatID), Log: s.log()})
-	defer kept.Stop()
+	first, err := c.loop.Finish(ctx, f)
+	if err != nil {
+		s.log().Error("stream bootstrap", "chat_id", chatID, "error", err)
+		writeError(w, http.StatusInternalServerError, "could not read the chat")
+		return
+	}
 
 	s.watchers.Add(1)
 	defer s.watchers.Add(-1)
 	if sse {
-		s.serveSSE(ctx, w, c)
+		s.serveSSE(ctx, w, c, first)
 	} else {
-		s.serveWebSocket(ctx, w, r, c)
+		s.serveWebSocket(ctx, w, r, c, first)
 	}
 }
 
@@ -289,12 +349,25 @@ func newConn(s *Server, chatID uuid.UUID, resume *streamloop.Cursor) *conn {
 	}
 	c := &conn{s: s, chatID: chatID, loop: streamloop.New(s.Pool, chatID, parts, resume),
 		hints: make(chan streamloop.Hints, 64)}
+	if s.Reads != nil {
+		c.loop.ShareReads(s.Reads)
+	}
 	if b, ok := parts.(PartBatches); ok {
 		c.batches = b
 	} else {
 		c.feed, _ = parts.(PartFeed)
 	}
 	return c
+}
+
+// close ends the connection's live-part source.
+func (c *conn) close() {
+	if c.feed != nil {
+		c.feed.Close()
+	}
+	if c.batches != nil {
+		c.batches.Close()
+	}
 }
 
 // notified turns a chat:update notification into Sync hints. It never
@@ -326,18 +399,33 @@ func HintsFromNotification(n *chatdv1.ChatUpdateNotification) streamloop.Hints {
 	return h
 }
 
-// run is the loop: bootstrap, then one Sync per trigger, sending events and
-// heartbeats through send/beat until ctx ends or sending fails.
-func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, beat func() error) {
+// readDone is the outcome of a Sync's read, done off the loop's goroutine.
+type readDone struct {
+	f   streamloop.Fetched
+	err error
+	// hints, when set, are a per-connection poll's row: a Sync to prepare.
+	hints *streamloop.Hints
+}
+
+// run is the loop: it sends the bootstrap's events, then does one Sync per
+// trigger, sending events and heartbeats through send/beat until ctx ends
+// or sending fails.
+//
+// A Sync's database read runs on a goroutine of its own while the loop
+// keeps applying and sending live parts: part delivery never waits on the
+// database (a slow read, a full pool, the bound on concurrent reads). The
+// loop applies the read's result when it arrives, as the next operation;
+// only one read is in flight, and triggers wait until it is applied.
+func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]streamloop.Event) error, beat func() error) {
 	log := c.s.log().With("chat_id", c.chatID)
+	ctx, cancel := context.WithCancel(ctx)
+	var reading sync.WaitGroup
+	defer reading.Wait() // after cancel (defers run last first)
+	defer cancel()
 	hb := interval(c.s.Heartbeat, DefaultHeartbeat)
 	var partC <-chan streamloop.LivePart
 	if c.feed != nil {
-		defer c.feed.Close()
 		partC = c.feed.C()
-	}
-	if c.batches != nil {
-		defer c.batches.Close()
 	}
 	// Without a replica-wide poller, a per-connection ticker is the safety
 	// net; with one, its hints arrive on polled.
@@ -352,21 +440,33 @@ func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, bea
 		defer poll.Stop()
 		pollC = poll.C
 	}
-	// The first read gets the same bounded retries as every later Sync: a
-	// database blip must not end a stream the client just opened.
-	evs, err := retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Bootstrap(ctx) })
-	if err != nil {
-		if ctx.Err() == nil {
-			log.Warn("stream bootstrap", "error", err)
-		}
+	if err := send(first); err != nil {
 		return
 	}
-	if err := send(evs); err != nil {
-		return
+	done := make(chan readDone, 1)
+	inFlight := false
+	start := func(job func() readDone) {
+		inFlight = true
+		reading.Add(1)
+		go func() {
+			defer reading.Done()
+			done <- job()
+		}()
+	}
+	startRead := func(r *streamloop.PendingRead) {
+		start(func() readDone {
+			f, err := retry(ctx, func() (streamloop.Fetched, error) { return r.Do(ctx) })
+			return readDone{f: f, err: err}
+		})
+	}
+	syncWith := func(h streamloop.Hints) {
+		if r, ok := c.loop.PrepareSync(h); ok {
+			startRead(r)
+		}
 	}
 	beatT := time.NewTicker(hb)
 	defer beatT.Stop()
-	done := c.s.Done
+	stop := c.s.Done
 	for {
 		var evs []streamloop.Event
 		var err error
@@ -375,41 +475,61 @@ func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, bea
 		if c.batches != nil {
 			readyC = c.batches.Ready()
 		}
+		// Triggers wait while a read is in flight; parts do not.
+		hintsC, polledC, pollTickC := c.hints, polled, pollC
+		if inFlight {
+			hintsC, polledC, pollTickC = nil, nil, nil
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-done:
+		case <-stop:
 			return
 		case <-beatT.C:
 			if beat() != nil {
 				return
 			}
 			continue
-		case h := <-c.hints:
+		case h := <-hintsC:
 			if c.overflow.Swap(false) {
-				evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Bootstrap(ctx) })
+				startRead(c.loop.PrepareBootstrap())
 			} else {
-				evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Sync(ctx, h) })
+				syncWith(h)
+			}
+			continue
+		case h := <-polledC:
+			syncWith(h)
+			continue
+		case <-pollTickC:
+			// Per-connection poll: read the version columns, then Sync
+			// with them as hints.
+			start(func() readDone {
+				chat, err := retry(ctx, func() (queries.Chat, error) {
+					chat, err := queries.New(c.s.Pool).ChatGet(ctx, c.chatID)
+					if errors.Is(err, pgx.ErrNoRows) {
+						return chat, streamloop.ErrChatNotFound
+					}
+					return chat, err
+				})
+				h := streamloop.HintsFromChat(chat)
+				return readDone{hints: &h, err: err}
+			})
+			continue
+		case d := <-done:
+			inFlight = false
+			switch {
+			case d.err != nil:
+				err = d.err
+			case d.hints != nil:
+				syncWith(*d.hints)
+				continue
+			default:
+				evs, err = c.loop.Finish(ctx, d.f)
 			}
 		case p := <-partC:
 			evs, err = c.partBatch(p, partC)
 		case <-readyC:
 			evs, err = c.takeParts()
-		case h := <-polled:
-			evs, err = retry(ctx, func() ([]streamloop.Event, error) { return c.loop.Sync(ctx, h) })
-		case <-pollC:
-			// Per-connection poll: read the version columns and Sync with
-			// them as hints.
-			evs, err = retry(ctx, func() ([]streamloop.Event, error) {
-				chat, err := queries.New(c.s.Pool).ChatGet(ctx, c.chatID)
-				if errors.Is(err, pgx.ErrNoRows) {
-					return nil, streamloop.ErrChatNotFound
-				}
-				if err != nil {
-					return nil, err
-				}
-				return c.loop.Sync(ctx, streamloop.HintsFromChat(chat))
-			})
 		}
 		if err != nil {
 			// The chat is gone, the client left, or the database kept
@@ -430,15 +550,16 @@ func (c *conn) run(ctx context.Context, send func([]streamloop.Event) error, bea
 // ends; a Sync that failed changed no local state, so a retry is safe.
 var syncRetries = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, 2 * time.Second}
 
-func retry(ctx context.Context, fn func() ([]streamloop.Event, error)) ([]streamloop.Event, error) {
+func retry[T any](ctx context.Context, fn func() (T, error)) (T, error) {
 	for i := 0; ; i++ {
-		evs, err := fn()
+		v, err := fn()
 		if err == nil || errors.Is(err, streamloop.ErrChatNotFound) || ctx.Err() != nil || i == len(syncRetries) {
-			return evs, err
+			return v, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			var zero T
+			return zero, ctx.Err()
 		case <-time.After(syncRetries[i]):
 		}
 	}
@@ -453,7 +574,7 @@ func interval(d, def time.Duration) time.Duration {
 
 var sseHeartbeat = []byte(": heartbeat\n\n")
 
-func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn) {
+func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn, first []streamloop.Event) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -511,10 +632,10 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn) {
 		return write(buf)
 	}
 	beat := func() error { return write(sseHeartbeat) }
-	c.run(ctx, send, beat)
+	c.run(ctx, first, send, beat)
 }
 
-func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *http.Request, c *conn) {
+func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *http.Request, c *conn, first []streamloop.Event) {
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return // Accept wrote the error response
@@ -550,7 +671,7 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 		defer cancel()
 		return ws.Ping(pctx)
 	}
-	c.run(ctx, send, beat)
+	c.run(ctx, first, send, beat)
 	ws.Close(websocket.StatusNormalClosure, "") //nolint:errcheck // best effort
 }
 

@@ -53,11 +53,25 @@ import (
 // the hub opens one per chat, whatever the number of watchers.
 type feeder struct {
 	ch chan streamloop.LivePart
+	// selected is the newest episode the hub asked for (as the relay
+	// forwarder would be asked), and selectedCh is signalled on each.
+	selected   atomic.Pointer[streamloop.Episode]
+	selectedCh chan struct{}
 }
 
-func (f *feeder) Configure(context.Context, streamloop.Episode) {}
-func (f *feeder) C() <-chan streamloop.LivePart                 { return f.ch }
-func (f *feeder) Close()                                        {}
+func newFeeder() *feeder {
+	return &feeder{ch: make(chan streamloop.LivePart, 64), selectedCh: make(chan struct{}, 1)}
+}
+
+func (f *feeder) Configure(_ context.Context, ep streamloop.Episode) {
+	f.selected.Store(&ep)
+	select {
+	case f.selectedCh <- struct{}{}:
+	default:
+	}
+}
+func (f *feeder) C() <-chan streamloop.LivePart { return f.ch }
+func (f *feeder) Close()                        {}
 
 // relay opens the hub's upstreams and counts the watchers that selected
 // the episode.
@@ -65,22 +79,24 @@ type relay struct {
 	hub     *parthub.Hub
 	mu      sync.Mutex
 	feeders []*feeder
+	byChat  map[uuid.UUID]*feeder
 	ready   atomic.Int64 // watchers configured with an episode
 	readyCh chan struct{}
 	want    int64
 }
 
 func newRelay(want int) *relay {
-	r := &relay{readyCh: make(chan struct{}), want: int64(want)}
+	r := &relay{readyCh: make(chan struct{}), want: int64(want), byChat: map[uuid.UUID]*feeder{}}
 	// No cap: BenchmarkOneWatcherParts makes one long episode.
 	r.hub = parthub.New(r.open, parthub.Options{MaxEpisodeBytes: math.MaxInt})
 	return r
 }
 
-func (r *relay) open(uuid.UUID) parthub.Upstream {
-	f := &feeder{ch: make(chan streamloop.LivePart, 64)}
+func (r *relay) open(chatID uuid.UUID) parthub.Upstream {
+	f := newFeeder()
 	r.mu.Lock()
 	r.feeders = append(r.feeders, f)
+	r.byChat[chatID] = f
 	r.mu.Unlock()
 	return f
 }
@@ -129,6 +145,9 @@ type sink struct {
 	stopAt atomic.Int64
 	record atomic.Bool
 	lat    []time.Duration // written by the handler goroutine only
+	// firstAt is when the first part was written while recording (read
+	// once last is closed).
+	firstAt time.Time
 }
 
 func newSink() *sink {
@@ -148,6 +167,9 @@ func (s *sink) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	if s.record.Load() {
+		if s.firstAt.IsZero() {
+			s.firstAt = now
+		}
 		rest := b
 		for {
 			i := bytes.Index(rest, marker)
@@ -224,6 +246,7 @@ func newWatchEnv(b *testing.B, watchers int) *watchEnv {
 	r := newRelay(watchers)
 	s := &streamhttp.Server{Pool: pool, NATS: snc, Verifier: v, Poller: poller, Parts: r.newWatcher,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
+	benchServer(s)
 	mux := http.NewServeMux()
 	s.Register(mux)
 	return &watchEnv{chatID: chatID, ep: streamloop.Episode{WorkerID: &worker, HistoryVersion: hv, GenerationAttempt: ga},

@@ -162,7 +162,15 @@ type Loop struct {
 	chatID uuid.UUID
 	parts  Parts
 	st     State
+	// reads, when set, is the replica's shared committed-state reads: the
+	// loop's fetches go through it (ShareReads).
+	reads *Reads
 }
+
+// ShareReads makes the loop fetch through r, the replica's shared reads:
+// loops of the same chat at the same position share one read transaction
+// per snapshot. The events and cursors are those of a read of its own.
+func (l *Loop) ShareReads(r *Reads) { l.reads = r }
 
 // New returns a loop for chatID in the null state, or, with a resume cursor,
 // in the state the cursor records.
@@ -226,10 +234,91 @@ func (l *Loop) sync(ctx context.Context, h *Hints) ([]Event, error) {
 	if h != nil && !l.st.NeedsFetch(*h) {
 		return nil, nil
 	}
-	db, err := l.read(ctx)
+	r := l.prepare(h)
+	f, err := r.Do(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return l.Finish(ctx, f)
+}
+
+// PendingRead is the database half of one Sync, detached from the loop so
+// that it can run while the loop applies live parts (Part): it depends only
+// on the positions that Sync itself moves. Do it, then hand the result to
+// the loop's Finish; no other Sync or Bootstrap may run in between.
+type PendingRead struct {
+	l  *Loop
+	in readInput
+	// h is the Sync's hints; nil for a Bootstrap.
+	h *Hints
+}
+
+// readInput is what one Sync's read depends on: the loop's positions.
+type readInput struct {
+	chatID           uuid.UUID
+	history          int64
+	queue            int64
+	actionHistory    int64
+	resumeInsideFull bool // a resume cursor inside a full refresh
+}
+
+// Fetched is a completed PendingRead.
+type Fetched struct {
+	r  *PendingRead
+	db dbState
+}
+
+// PrepareSync is Sync's hint check: the read to do, or false when the
+// hints say the local state is current.
+func (l *Loop) PrepareSync(h Hints) (*PendingRead, bool) {
+	if !l.st.NeedsFetch(h) {
+		return nil, false
+	}
+	return l.prepare(&h), true
+}
+
+// PrepareBootstrap is Bootstrap's read.
+func (l *Loop) PrepareBootstrap() *PendingRead { return l.prepare(nil) }
+
+func (l *Loop) prepare(h *Hints) *PendingRead {
+	in := readInput{chatID: l.chatID, history: l.st.HistoryVersion, queue: l.st.QueueVersion,
+		actionHistory: l.st.ActionHistoryVersion, resumeInsideFull: l.st.pending != nil && l.st.pending.Reset}
+	return &PendingRead{l: l, in: in, h: h}
+}
+
+// Chat is the chat row a Fetched read saw.
+func (f Fetched) Chat() queries.Chat { return f.db.chat }
+
+// Do runs the read: one REPEATABLE READ transaction, or the result of one
+// shared with the replica's other loops of the chat at the same position.
+// It is safe to call while the loop applies parts.
+func (r *PendingRead) Do(ctx context.Context) (Fetched, error) {
+	var db dbState
+	var err error
+	if r.l.reads != nil {
+		var minSnapshot *int64
+		if r.h != nil {
+			minSnapshot = r.h.SnapshotVersion
+		}
+		db, err = r.l.reads.read(ctx, r.in, minSnapshot)
+	} else {
+		db, err = readState(ctx, r.l.pool, r.in)
+	}
+	return Fetched{r: r, db: db}, err
+}
+
+// Finish applies a completed read: the rest of the Sync (or Bootstrap) it
+// was prepared for. Like Sync it is all or nothing.
+func (l *Loop) Finish(ctx context.Context, f Fetched) ([]Event, error) {
+	if f.r == nil || f.r.l != l {
+		return nil, errors.New("stream loop: finishing a read of another loop")
+	}
+	if l.prepare(nil).in != f.r.in {
+		// Another Sync moved the loop since the read was prepared: its
+		// result no longer fits (the caller runs one read at a time).
+		return nil, fmt.Errorf("stream loop of chat %s: finishing a read prepared at another position", l.chatID)
+	}
+	h, db := f.r.h, f.db
 	if h != nil && db.chat.SnapshotVersion <= l.st.SnapshotVersion {
 		return nil, nil
 	}
@@ -262,59 +351,84 @@ func scanMessages(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]ms
 	})
 }
 
-// read does every database read of one Sync in one REPEATABLE READ, READ
-// ONLY transaction, so all of them see one snapshot.
-func (l *Loop) read(ctx context.Context) (dbState, error) {
+// readState does every database read of one Sync in one REPEATABLE READ,
+// READ ONLY transaction, so all of them see one snapshot.
+func readState(ctx context.Context, pool *pgxpool.Pool, in readInput) (dbState, error) {
+	out, _, err := readShared(ctx, pool, in, in.queue, in.actionHistory)
+	return out, err
+}
+
+// covered says which of the optional reads a dbState holds.
+type covered struct{ queue, toolCalls bool }
+
+// readShared is readState for every loop at in's history position and
+// resume flag, with the queue read when the chat's queue is past minQueue
+// and the open tool calls when its history is past minAction (the lowest
+// positions among the loops sharing it).
+func readShared(ctx context.Context, pool *pgxpool.Pool, in readInput, minQueue, minAction int64) (dbState, covered, error) {
 	var out dbState
-	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	var cov covered
+	chatID := in.chatID
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
-		return out, fmt.Errorf("begin stream sync of chat %s: %w", l.chatID, err)
+		return out, cov, fmt.Errorf("begin stream sync of chat %s: %w", chatID, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
 	q := queries.New(tx)
-	out.chat, err = q.ChatGet(ctx, l.chatID)
+	out.chat, err = q.ChatGet(ctx, chatID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return out, ErrChatNotFound
+		return out, cov, ErrChatNotFound
 	}
 	if err != nil {
-		return out, fmt.Errorf("read chat %s: %w", l.chatID, err)
+		return out, cov, fmt.Errorf("read chat %s: %w", chatID, err)
 	}
 	c := out.chat
-	if c.HistoryVersion > l.st.HistoryVersion {
-		out.changed, err = scanMessages(ctx, tx, changedMessagesSQL, l.chatID, l.st.HistoryVersion)
+	if c.HistoryVersion > in.history {
+		out.changed, err = scanMessages(ctx, tx, changedMessagesSQL, chatID, in.history)
 		if err != nil {
-			return out, fmt.Errorf("read changed messages of chat %s: %w", l.chatID, err)
+			return out, cov, fmt.Errorf("read changed messages of chat %s: %w", chatID, err)
 		}
 		needRefresh := false
 		for _, m := range out.changed {
 			needRefresh = needRefresh || m.Deleted
 		}
-		if p := l.st.pending; p != nil && p.Reset {
+		if in.resumeInsideFull {
 			needRefresh = true // resume inside a full refresh: finish (or redo) it
 		}
 		if needRefresh {
-			out.refresh, err = scanMessages(ctx, tx, visibleMessagesSQL, l.chatID)
+			out.refresh, err = scanMessages(ctx, tx, visibleMessagesSQL, chatID)
 			if err != nil {
-				return out, fmt.Errorf("read history of chat %s: %w", l.chatID, err)
+				return out, cov, fmt.Errorf("read history of chat %s: %w", chatID, err)
 			}
 			if out.refresh == nil {
 				out.refresh = []msgRow{}
 			}
 		}
 	}
-	if c.QueueVersion > l.st.QueueVersion {
-		out.queue, err = q.ChatQueuedMessageList(ctx, l.chatID)
+	if c.QueueVersion > minQueue {
+		cov.queue = true
+		out.queue, err = q.ChatQueuedMessageList(ctx, chatID)
 		if err != nil {
-			return out, fmt.Errorf("read queue of chat %s: %w", l.chatID, err)
+			return out, cov, fmt.Errorf("read queue of chat %s: %w", chatID, err)
 		}
 	}
-	if c.Status == queries.ChatStatusRequiresAction && c.HistoryVersion > l.st.ActionHistoryVersion {
+	if c.Status == queries.ChatStatusRequiresAction && c.HistoryVersion > minAction {
+		cov.toolCalls = true
 		out.toolCalls, err = pendingDynamicCalls(ctx, q, c)
 		if err != nil {
-			return out, err
+			return out, cov, err
 		}
 	}
-	return out, nil
+	return out, cov, nil
+}
+
+// covers reports whether a read holding cov serves a loop at in: it holds
+// every optional part that loop's own read would have.
+func (cov covered) covers(db dbState, in readInput) bool {
+	c := db.chat
+	needQueue := c.QueueVersion > in.queue
+	needCalls := c.Status == queries.ChatStatusRequiresAction && c.HistoryVersion > in.actionHistory
+	return (!needQueue || cov.queue) && (!needCalls || cov.toolCalls)
 }
 
 // pendingDynamicCalls lists the open calls of the chat's dynamic tools with

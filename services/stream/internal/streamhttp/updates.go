@@ -1,0 +1,92 @@
+package streamhttp
+
+import (
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/notify"
+)
+
+// updateHub shares one chat:update subscription per chat among the
+// replica's connections to it: a chat with thousands of watchers costs one
+// NATS subscription (one subscribe and flush at the first connect, not one
+// per connect) and one decode per notification, handed to every watcher's
+// loop.
+type updateHub struct {
+	mu    sync.Mutex
+	chats map[uuid.UUID]*chatUpdates
+}
+
+// chatUpdates is one chat's shared subscription.
+type chatUpdates struct {
+	// ready is closed once the subscription is in place (notify.Keep
+	// returned): a connection joining before then waits, so that its first
+	// Sync still comes after its subscription.
+	ready chan struct{}
+	kept  *notify.Kept
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+}
+
+// join adds c to chatID's subscription, subscribing first when c is the
+// chat's first connection, and returns the function that removes it.
+func (h *updateHub) join(s *Server, chatID uuid.UUID, c *conn) (leave func()) {
+	h.mu.Lock()
+	if h.chats == nil {
+		h.chats = map[uuid.UUID]*chatUpdates{}
+	}
+	cu := h.chats[chatID]
+	first := cu == nil
+	if first {
+		cu = &chatUpdates{ready: make(chan struct{}), conns: map[*conn]struct{}{}}
+		h.chats[chatID] = cu
+	}
+	cu.mu.Lock()
+	cu.conns[c] = struct{}{}
+	cu.mu.Unlock()
+	h.mu.Unlock()
+
+	if first {
+		// Notifications are hints: while NATS is down the stream opens at
+		// once (no flush is attempted), the subscription comes back with
+		// the connection, and the poll keeps the stream correct meanwhile.
+		cu.kept, _ = notify.Keep(s.NATS, func() (*nats.Subscription, error) {
+			return notify.SubscribeUpdates(s.NATS, chatID, cu.deliver)
+		}, notify.KeepOptions{Subject: notify.UpdateSubject(chatID), Log: s.log()})
+		close(cu.ready)
+	} else {
+		<-cu.ready
+	}
+	return func() { h.leave(chatID, cu, c) }
+}
+
+// leave removes c; the last connection to leave ends the subscription.
+func (h *updateHub) leave(chatID uuid.UUID, cu *chatUpdates, c *conn) {
+	h.mu.Lock()
+	cu.mu.Lock()
+	delete(cu.conns, c)
+	last := len(cu.conns) == 0
+	cu.mu.Unlock()
+	if last && h.chats[chatID] == cu {
+		delete(h.chats, chatID) // a later connect subscribes afresh
+	}
+	h.mu.Unlock()
+	if last {
+		<-cu.ready
+		cu.kept.Stop()
+	}
+}
+
+// deliver hands a notification to every connection of the chat; each
+// takes it without blocking (conn.notified).
+func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
+	cu.mu.Lock()
+	defer cu.mu.Unlock()
+	for c := range cu.conns {
+		c.notified(n)
+	}
+}
