@@ -1,0 +1,9 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['packages/*/test/**/*.test.{ts,tsx}', 'app/test/**/*.test.{ts,tsx}'],
+    environment: 'node',
+    testTimeout: 30000,
+  },
+});
