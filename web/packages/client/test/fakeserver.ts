@@ -76,7 +76,9 @@ export class FakeStream {
         }
         res.write(frame);
         if (this.plan.cutAfter?.delete(i)) {
-          res.destroy();
+          // Drop the connection once the event is on the wire, as a network
+          // failure would (data still in flight is lost with it).
+          setTimeout(() => res.destroy(), 10);
           return;
         }
       }
