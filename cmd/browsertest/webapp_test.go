@@ -140,7 +140,7 @@ func TestWebAppReloadAndPhone(t *testing.T) {
 	require.True(t, evalJS[bool](p, `document.documentElement.scrollWidth <= innerWidth`), "no sideways scrolling at 390 px")
 	require.True(t, evalJS[bool](p, `(() => { const r = document.querySelector('[data-testid=composer]').getBoundingClientRect(); return r.bottom <= innerHeight + 1 && r.top > innerHeight / 2; })()`),
 		"the composer is pinned at the bottom")
-	require.True(t, evalJS[bool](p, `document.querySelector('.sidebar').getBoundingClientRect().right <= 0`), "the chat list is hidden in a drawer")
+	p.wait("the chat list hidden in a drawer", `document.querySelector('.sidebar').getBoundingClientRect().right <= 0`)
 	p.shot("phone")
 	u.send("::reply small screens work")
 	p.wait("the reply", jsStatus+` === 'waiting' && `+jsAssistants+`.at(-1) === 'small screens work'`)
