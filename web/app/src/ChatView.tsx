@@ -224,7 +224,7 @@ export function ChatView({ client, chat, models, onChanged, onArchived, onUnauth
           <ul className="pending" aria-label="Attachments">
             {files.map((f, i) => (
               <li key={i} data-testid="pending-file" data-state={f.error ? 'failed' : f.uploaded ? 'uploaded' : 'uploading'}>
-                {f.preview ? <img src={f.preview} alt="" /> : <span aria-hidden="true">📎</span>}
+                {f.preview ? <img src={f.preview} alt="" /> : <span className="badge">file</span>}
                 <span>{f.file.name || 'pasted image'}{f.error ? ` — ${f.error}` : f.uploaded ? '' : ' — uploading…'}</span>
                 <button type="button" className="icon" aria-label={`Remove ${f.file.name}`} onClick={() => setFiles((fs) => fs.filter((x) => x !== f))}>×</button>
               </li>
@@ -237,7 +237,7 @@ export function ChatView({ client, chat, models, onChanged, onArchived, onUnauth
           onChange={(e) => setText(e.target.value)} onKeyDown={onKey} onPaste={onPaste} />
         <div className="row">
           <input ref={fileInput} type="file" multiple hidden data-testid="file-input" onChange={(e) => { void addFiles([...(e.target.files ?? [])]); e.target.value = ''; }} />
-          <button type="button" className="icon" aria-label="Attach files" data-testid="attach-button" disabled={!writable} onClick={() => fileInput.current?.click()}>📎</button>
+          <button type="button" aria-label="Attach files" data-testid="attach-button" disabled={!writable} onClick={() => fileInput.current?.click()}>Attach</button>
           {models.length > 1 && (
             <select aria-label="Model" data-testid="model-picker" value={model} onChange={(e) => setModel(e.target.value)}>
               <option value="">Default model</option>

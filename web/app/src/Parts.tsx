@@ -30,7 +30,7 @@ export function Attachment({ client, part }: { client: ChatdClient; part: Messag
   if (state === 'expired' || state === 'failed') {
     return (
       <div className="file expired" data-testid="part-file" data-state={state}>
-        <span aria-hidden="true">📎</span> {name} <em>{state === 'expired' ? '(expired)' : '(could not load)'}</em>
+        <span className="badge">file</span> {name} <em>{state === 'expired' ? '(expired)' : '(could not load)'}</em>
       </div>
     );
   }
@@ -44,7 +44,7 @@ export function Attachment({ client, part }: { client: ChatdClient; part: Messag
   }
   return (
     <div className="file" data-testid="part-file" data-state={state}>
-      <span aria-hidden="true">📎</span>{' '}
+      <span className="badge">file</span>{' '}
       {url ? <a href={url} download={name}>{name}</a> : name} <small>{part.media_type}</small>
     </div>
   );
