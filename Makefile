@@ -131,6 +131,9 @@ WEB_GENERATED := pkg/webui/static web/packages/client/src/gen
 
 .PHONY: web web-deps web-test check-web
 
+# make test's Go tests include the live client tests (cmd/browsertest), which need web/node_modules.
+test: web-deps
+
 web-deps:
 	@[ -d web/node_modules ] || (cd web && npm ci --no-audit --no-fund)
 
@@ -140,7 +143,7 @@ web:
 
 # Vitest: the client and the hook (the live tests run from cmd/browsertest).
 web-test: web-deps
-	cd web && npx tsc -p packages/client && npx tsc -p packages/react && npx vitest run
+	cd web && npx tsc -p packages/client && npx tsc -p packages/react && npx tsc -p app && npx vitest run
 
 # Fails when a rebuild from source changes the committed build or types.
 check-web: web

@@ -20,7 +20,7 @@ interface Props {
 }
 
 /** Roots first (newest first), each followed by its sub-agent chats. */
-function nest(chats: Chat[]): { chat: Chat; depth: number }[] {
+export function nest(chats: Chat[]): { chat: Chat; depth: number }[] {
   const ids = new Set(chats.map((c) => c.id));
   const kids = new Map<string, Chat[]>();
   for (const c of chats) {

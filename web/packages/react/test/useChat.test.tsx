@@ -27,7 +27,7 @@ class Server {
     this.srv.closeAllConnections();
     this.srv.close();
   }
-  push(ev: Omit<StreamEvent, 'chat_id' | 'cursor'> & { type: string }) {
+  push(ev: { type: string; [payload: string]: unknown }) {
     const id = `c${this.events.length + 1}`;
     const data = JSON.stringify({ ...ev, chat_id: 'chat1', cursor: id });
     this.events.push({ id, data });
