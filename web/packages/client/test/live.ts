@@ -11,6 +11,14 @@ export function liveClient(): ChatdClient {
   return new ChatdClient({ baseUrl, token });
 }
 
+/** A new chat with the dynamic tool `lookup` the conversation calls. */
+export function toolChat(client: ChatdClient, title: string) {
+  return client.createChat({
+    title,
+    dynamic_tools: [{ name: 'lookup', description: 'Look something up', input_schema: { type: 'object' } as never }],
+  });
+}
+
 /** Polls cond every 20 ms until it holds or the deadline passes. */
 export async function waitFor(what: string, cond: () => boolean, timeoutMs = 30000): Promise<void> {
   const end = Date.now() + timeoutMs;

@@ -6,15 +6,12 @@ import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { readSSE, type StreamEvent, textOf } from '../src';
-import { converse, liveClient, tokens } from './live';
+import { converse, liveClient, toolChat, tokens } from './live';
 
 describe('a live stream, recorded', () => {
   it('carries every event type and agrees with the REST messages', async () => {
     const client = liveClient();
-    const chat = await client.createChat({
-      title: 'fixture',
-      dynamic_tools: [{ name: 'lookup', description: 'Look something up', input_schema: { type: 'object' } as never }],
-    });
+    const chat = await toolChat(client, 'fixture');
     const ctrl = new AbortController();
     const resp = await fetch(`${client.baseUrl}/api/v2/chats/${chat.id}/stream`, {
       headers: { Authorization: `Bearer ${client.token}`, Accept: 'text/event-stream' }, signal: ctrl.signal,

@@ -4,15 +4,12 @@
 // once, and no live part was applied twice.
 import { describe, expect, it } from 'vitest';
 import { ChatStream, applyEvent, emptyChatState, textOf, type StreamEvent } from '../src';
-import { converse, liveClient, waitFor } from './live';
+import { converse, liveClient, toolChat, waitFor } from './live';
 
 describe('a live stream, cut at every event type', () => {
   it('resumes from its cursor without doubling or dropping anything', async () => {
     const client = liveClient();
-    const chat = await client.createChat({
-      title: 'resume',
-      dynamic_tools: [{ name: 'lookup', description: 'Look something up', input_schema: { type: 'object' } as never }],
-    });
+    const chat = await toolChat(client, 'resume');
     const events: StreamEvent[] = [];
     const cutAt = new Set<string>();
     let state = emptyChatState(chat.id!);

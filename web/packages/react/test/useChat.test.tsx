@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Blob as NodeBlob } from 'node:buffer';
-import { ChatdClient, textOf, type StreamEvent } from '@chatd/client';
+import { ChatdClient, textOf } from '@chatd/client';
 import { useChat } from '../src';
 
 // A chat server for the hook: the stream serves `events` after the
