@@ -52,6 +52,9 @@ help:
 	@echo 'make sqlc             regenerate pkg/db/queries/*.go from its .sql files (sqlc, offline)'
 	@echo 'make generate         proto + sqlc'
 	@echo 'make check-generated  generate, then fail if generated code differs from the commit'
+	@echo 'make web              npm ci, generate the TypeScript types, build the web app into pkg/webui/static'
+	@echo 'make web-test         the TypeScript packages'"'"' Vitest tests'
+	@echo 'make check-web        rebuild the web app and types, fail if they differ from the commit'
 
 # Built, then exec'd: make passes SIGTERM and SIGINT to its child, which is
 # then chatd itself (go run would die without passing them on and orphan
@@ -68,6 +71,7 @@ install:
 test:
 	go test $(GOTESTFLAGS) $(PLAIN_PKGS)
 	go test -race $(GOTESTFLAGS) $(RACE_PKGS)
+	$(MAKE) web-test
 
 stress:
 	go test $(STRESSFLAGS) $(STRESS_PKGS)
@@ -118,3 +122,35 @@ check-generated: generate
 		exit 1; \
 	fi; \
 	echo "generated code is up to date"
+
+# ---- web app and TypeScript packages (web/, an npm workspace) ----------
+# The built app is committed in pkg/webui/static (embedded by the Go
+# binaries, so go build and make dev need no Node) with the types generated
+# from the OpenAPI document in web/packages/client/src/gen.
+WEB_GENERATED := pkg/webui/static web/packages/client/src/gen
+
+.PHONY: web web-deps web-test check-web
+
+# make test's Go tests include the live client tests (cmd/browsertest), which need web/node_modules.
+test: web-deps
+
+web-deps:
+	@[ -d web/node_modules ] || (cd web && npm ci --no-audit --no-fund)
+
+# npm ci, then generate the client's types and build the app into pkg/webui/static.
+web:
+	cd web && npm ci --no-audit --no-fund && npm run build
+
+# Vitest: the client and the hook (the live tests run from cmd/browsertest).
+web-test: web-deps
+	cd web && npx tsc -p packages/client && npx tsc -p packages/react && npx tsc -p app && npx vitest run
+
+# Fails when a rebuild from source changes the committed build or types.
+check-web: web
+	@status="$$(git status --porcelain --untracked-files=all -- $(WEB_GENERATED))"; \
+	if [ -n "$$status" ]; then \
+		echo "the built web app or the generated types are stale: run 'make web' and commit the result:"; \
+		echo "$$status"; \
+		exit 1; \
+	fi; \
+	echo "the built web app and generated types are up to date"

@@ -8,7 +8,9 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -224,4 +226,41 @@ func jsString(s string) string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// fill sets an input's, textarea's or select's value the way typing would,
+// so React (which listens for input and change events) sees it.
+func (p *page) fill(sel, value string) {
+	p.t.Helper()
+	js := `(() => {
+		const el = document.querySelector(` + jsString(sel) + `);
+		if (!el) return false;
+		const proto = el instanceof HTMLTextAreaElement ? HTMLTextAreaElement.prototype : el instanceof HTMLSelectElement ? HTMLSelectElement.prototype : HTMLInputElement.prototype;
+		Object.getOwnPropertyDescriptor(proto, 'value').set.call(el, ` + jsString(value) + `);
+		el.dispatchEvent(new Event('input', { bubbles: true }));
+		el.dispatchEvent(new Event('change', { bubbles: true }));
+		return true;
+	})()`
+	if !evalJS[bool](p, js) {
+		p.fail("fill %s: no such element", sel)
+	}
+}
+
+// shot saves a screenshot of the page as test-output/<test>-<name>.png
+// (gitignored) for reviewers.
+func (p *page) shot(name string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		p.fail("screenshot %s: %v", name, err)
+	}
+	if err := os.MkdirAll("test-output", 0o755); err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	file := filepath.Join("test-output", strings.ReplaceAll(p.t.Name(), "/", "_")+"-"+name+".png")
+	if err := os.WriteFile(file, png, 0o644); err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
 }

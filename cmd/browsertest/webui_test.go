@@ -13,8 +13,8 @@ import (
 
 // JavaScript snippets over the page's data-testid elements.
 const (
-	jsStatus     = `document.querySelector('[data-testid=chat-status]').textContent`
-	jsPreview    = `(document.querySelector('[data-testid=preview]').hidden ? '' : [...document.querySelectorAll('[data-testid=preview-text]')].map(n => n.textContent).join(''))`
+	jsStatus     = `document.querySelector('[data-testid=chat-status]')?.textContent`
+	jsPreview    = `(document.querySelector('[data-testid=preview]')?.hidden !== false ? '' : [...document.querySelectorAll('[data-testid=preview-text]')].map(n => n.textContent).join(''))`
 	jsAssistants = `[...document.querySelectorAll('[data-testid=message][data-role=assistant]')].map(m => [...m.querySelectorAll('[data-testid=part-text]')].map(n => n.textContent).join(''))`
 	// jsRecorder records, on every DOM change of the chat, each new preview
 	// text, so a test can check what the user saw while a reply streamed.
@@ -29,16 +29,25 @@ const (
 
 // ui is a signed-in page on a fresh stack with one new chat selected.
 type ui struct {
-	t  *testing.T
-	st *stacktest.Stack
-	px *proxy
-	p  *page
+	t   *testing.T
+	st  *stacktest.Stack
+	px  *proxy
+	p   *page
+	url string
 }
 
 // startUI signs in with #token= (the token must move to localStorage and
 // leave the address bar) and creates a chat with the given New chat
 // options (title, dynamic tools JSON; "" for none).
 func startUI(t *testing.T, newChat ...string) *ui {
+	t.Helper()
+	u := openUI(t)
+	u.newChat(newChat...)
+	return u
+}
+
+// openUI signs in on a fresh stack and waits for the signed-in app.
+func openUI(t *testing.T) *ui {
 	t.Helper()
 	chromiumPath(t) // fail early and clearly without a browser
 	st := stacktest.Start(t, 1)
@@ -48,9 +57,7 @@ func startUI(t *testing.T, newChat ...string) *ui {
 	p.wait("the signed-in UI", `document.querySelector('[data-testid=new-chat]')?.offsetParent`)
 	require.True(t, evalJS[bool](p, `localStorage.getItem('chatd.token') === `+jsString(st.Token)+` && !location.href.includes('token')`),
 		"the token is stored and removed from the address bar")
-	u := &ui{t: t, st: st, px: px, p: p}
-	u.newChat(newChat...)
-	return u
+	return &ui{t: t, st: st, px: px, p: p, url: srv.URL}
 }
 
 // newChat creates a chat from the sidebar and waits until it is selected,
@@ -59,29 +66,31 @@ func (u *ui) newChat(opts ...string) {
 	u.t.Helper()
 	before := evalJS[int](u.p, `document.querySelectorAll('[data-testid=chat-item]').length`)
 	steps := []chromedp.Action[chromedp.Void]{}
-	if len(opts) > 0 {
+	if len(opts) > 0 && evalJS[bool](u.p, `!document.querySelector('.new-chat details').open`) {
 		steps = append(steps, chromedp.Click(chromedp.CSS(`.new-chat summary`)))
-		if opts[0] != "" {
-			steps = append(steps, chromedp.SetValue(chromedp.CSS(`[data-testid=new-chat-title]`), opts[0]))
-		}
-		if len(opts) > 1 && opts[1] != "" {
-			steps = append(steps, chromedp.SetValue(chromedp.CSS(`[data-testid=new-chat-tools]`), opts[1]))
-		}
 	}
-	steps = append(steps, chromedp.Click(chromedp.CSS(`[data-testid=new-chat]`)))
-	u.p.do("create a chat", steps...)
-	u.p.wait("the new chat, waiting and live", fmt.Sprintf(`%s === 'waiting' && document.querySelector('[data-testid=conn-state]').dataset.state === 'live' && document.querySelectorAll('[data-testid=chat-item]').length === %d && document.querySelectorAll('[data-testid=message]').length === 0`, jsStatus, before+1))
+	u.p.do("open the options", steps...)
+	if len(opts) > 0 && opts[0] != "" {
+		u.p.fill(`[data-testid=new-chat-title]`, opts[0])
+	}
+	if len(opts) > 1 && opts[1] != "" {
+		u.p.fill(`[data-testid=new-chat-tools]`, opts[1])
+	}
+	u.p.do("create a chat", chromedp.Click(chromedp.CSS(`[data-testid=new-chat]`)))
+	u.p.wait("the new chat, waiting and live", fmt.Sprintf(`%s === 'waiting' && document.querySelector('[data-testid=conn-state]')?.dataset.state === 'live' && document.querySelectorAll('[data-testid=chat-item]').length === %d && document.querySelectorAll('[data-testid=message]').length === 0`, jsStatus, before+1))
 }
 
 // send types a message (multi-line text is pasted) and clicks Send.
 func (u *ui) send(text string) {
 	u.t.Helper()
 	input := chromedp.CSS(`[data-testid=composer-input]`)
-	fill := chromedp.SendKeys(input, text)
 	if strings.Contains(text, "\n") {
-		fill = chromedp.SetValue(input, text)
+		u.p.fill(`[data-testid=composer-input]`, text)
+	} else {
+		u.p.do("type "+text, chromedp.SendKeys(input, text))
 	}
-	u.p.do("send "+text, fill, chromedp.Click(chromedp.CSS(`[data-testid=send-button]`)))
+	u.p.do("send "+text, chromedp.Click(chromedp.CSS(`[data-testid=send-button]`)))
+	u.p.wait("the composer emptied", `document.querySelector('[data-testid=composer-input]').value === ''`)
 }
 
 func (u *ui) assistants() []string { return evalJS[[]string](u.p, jsAssistants) }
@@ -118,6 +127,7 @@ func TestWebUIChat(t *testing.T) {
 	// replaces it.
 	send("::stream 30 10")
 	p.wait("streamed text", jsPreview+`.includes('tok3 ')`)
+	p.shot("streaming")
 	require.Empty(t, assistants(), "no committed reply yet")
 	p.wait("the committed reply", jsStatus+` === 'waiting' && `+jsAssistants+`.length === 1 && `+jsPreview+` === ''`)
 	require.Equal(t, []string{tokens(30)}, assistants())
@@ -153,9 +163,12 @@ func TestWebUIChat(t *testing.T) {
 		require.NotEmpty(t, c, "the reconnects resumed from the last cursor: %q", cursors)
 	}
 
-	// Archive: the chat leaves the list and the composer closes.
+	// Archive, after confirming: the chat leaves the list and the view.
 	u.click("archive-chat")
-	p.wait("the archived chat", `document.querySelectorAll('[data-testid=chat-item]').length === 0 && document.querySelector('[data-testid=composer-input]').disabled`)
+	p.wait("the confirmation", `document.querySelector('[data-testid=archive-confirm]')`)
+	p.shot("archive-confirm")
+	u.click("confirm-archive")
+	p.wait("the archived chat", `document.querySelectorAll('[data-testid=chat-item]').length === 0 && document.querySelector('[data-testid=chat-title]').textContent === 'No chat selected'`)
 
 	require.Empty(t, p.exceptions(), "uncaught exceptions in the page")
 }
@@ -177,6 +190,7 @@ func TestWebUIQueueEditRetryTools(t *testing.T) {
 	require.Equal(t, "queue", evalJS[string](p, `document.querySelector('[data-testid=busy-behavior]').value`))
 	u.send("::reply first queued")
 	p.wait("the queued message", queued+`.length === 1 && `+queued+`[0].textContent.includes('::reply first queued')`)
+	p.shot("queue")
 	u.click("queue-delete")
 	p.wait("the queue emptied", queued+`.length === 0 && document.querySelector('[data-testid=queue]').hidden`)
 	u.send("::reply promoted")
@@ -187,31 +201,36 @@ func TestWebUIQueueEditRetryTools(t *testing.T) {
 	// Send with "interrupt" while busy.
 	u.send("::stream 300 20")
 	p.wait("the reply streaming", jsPreview+`.includes('tok3 ')`)
-	p.do("choose interrupt", chromedp.SetValue(chromedp.CSS(`[data-testid=busy-behavior]`), "interrupt"))
+	p.fill(`[data-testid=busy-behavior]`, "interrupt")
 	u.send("::reply interrupted it")
 	p.wait("the interrupting message answered", jsStatus+` === 'waiting' && `+last+` === 'interrupted it' && `+queued+`.length === 0`)
 
 	// Edit the first message: what followed it goes, the new reply comes.
 	p.do("click Edit", chromedp.Click(chromedp.CSS(`[data-testid=message][data-role=user] [data-testid=edit-message]`)))
 	require.Equal(t, "::stream 300 20", evalJS[string](p, `document.querySelector('[data-testid=composer-input]').value`))
-	p.do("edit", chromedp.SetValue(chromedp.CSS(`[data-testid=composer-input]`), "::reply edited"),
-		chromedp.Click(chromedp.CSS(`[data-testid=send-button]`)))
+	p.fill(`[data-testid=composer-input]`, "::reply edited")
+	u.click("send-button")
 	p.wait("the edited history", jsStatus+` === 'waiting' && JSON.stringify(`+jsAssistants+`) === '["edited"]' && document.querySelectorAll('[data-testid=message][data-role=user]').length === 1`)
 
 	// A retryable failure shows a countdown, then the reply.
 	u.send("::fail retryable 1\n::reply recovered")
 	p.wait("the retry countdown", `!document.querySelector('[data-testid=retry-banner]').hidden && document.querySelector('[data-testid=retry-banner]').textContent.includes('Retrying')`)
+	p.shot("retry-banner")
 	p.wait("the recovered reply", jsStatus+` === 'waiting' && `+last+` === 'recovered' && document.querySelector('[data-testid=retry-banner]').hidden`)
 
 	// A fatal failure shows the error.
 	u.send("::fail fatal")
 	p.wait("the error", jsStatus+` === 'error' && !document.querySelector('[data-testid=error-banner]').hidden && document.querySelector('[data-testid=error-banner]').textContent.length > 7`)
+	p.shot("error-banner")
 
 	// A dynamic tool call waits for the user's result.
 	u.newChat("tools", `[{"name":"lookup","description":"Look something up","input_schema":{"type":"object"}}]`)
 	u.send(`::tool lookup {"q":"x"}`)
 	p.wait("the tool call form", jsStatus+` === 'requires_action' && document.querySelectorAll('[data-testid=tool-call]').length === 1`)
-	p.do("answer the tool call", chromedp.SetValue(chromedp.CSS(`[data-testid=tool-output]`), `{"answer":42}`))
+	p.shot("tool-call")
+	require.Contains(t, evalJS[string](p, `document.querySelector('[data-testid=message][data-role=assistant] [data-testid=part-tool-call]')?.textContent ?? ''`), "lookup",
+		"the tool call is shown in the transcript")
+	p.fill(`[data-testid=tool-output]`, `{"answer":42}`)
 	u.click("submit-tool-results")
 	p.wait("the reply after the tool result", jsStatus+` === 'waiting' && `+last+` === 'done' && document.querySelector('[data-testid=action-required]').hidden`)
 	require.Contains(t, evalJS[string](p, `document.querySelector('[data-testid=part-tool-result] pre').textContent`), "42")

@@ -1,7 +1,10 @@
-// Package webui is chatd's browser chat client: plain HTML, CSS and
-// JavaScript modules embedded in the binary, with no build step. Handler
-// serves them at "/"; the page talks to the REST facade (/api/v2/...) and
-// the chat stream (/api/v2/chats/{chat}/stream, SSE) on the same origin.
+// Package webui is chatd's browser chat app, embedded in the binary. Its
+// source is the React app in web/app (on @chatd/react and @chatd/client);
+// `make web` builds it into static/, which is committed, so `go build` and
+// `make dev` need no Node (`make check-web` proves static/ is what the
+// source builds). Handler serves it at "/"; the page talks to the REST
+// facade (/api/v2/...) and the chat stream (/api/v2/chats/{chat}/stream,
+// SSE) on the same origin.
 package webui
 
 import (
@@ -21,8 +24,10 @@ var static embed.FS
 
 // CSP is the Content-Security-Policy every UI response carries: only
 // same-origin scripts, styles and connections, no inline code, no framing.
+// Images may also be blob: URLs: attachments are fetched with the bearer
+// token (an <img src> cannot send it) and shown from a blob.
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; " +
-	"img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+	"img-src 'self' data: blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // contentTypes is explicit so module scripts never depend on the host's
 // mime.types (browsers refuse a module served with a non-JavaScript type).

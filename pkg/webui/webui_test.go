@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -20,13 +21,10 @@ func get(t *testing.T, h http.Handler, method, path string) *http.Response {
 func TestHandlerServesTheEmbeddedFiles(t *testing.T) {
 	h := webui.Handler()
 	for path, ctype := range map[string]string{
-		"/":           "text/html; charset=utf-8",
-		"/index.html": "text/html; charset=utf-8",
-		"/app.js":     "text/javascript; charset=utf-8",
-		"/api.js":     "text/javascript; charset=utf-8",
-		"/stream.js":  "text/javascript; charset=utf-8",
-		"/render.js":  "text/javascript; charset=utf-8",
-		"/app.css":    "text/css; charset=utf-8",
+		"/":                 "text/html; charset=utf-8",
+		"/index.html":       "text/html; charset=utf-8",
+		"/assets/app.js":    "text/javascript; charset=utf-8",
+		"/assets/index.css": "text/css; charset=utf-8",
 	} {
 		resp := get(t, h, http.MethodGet, path)
 		body, _ := io.ReadAll(resp.Body)
@@ -43,14 +41,15 @@ func TestHandlerServesTheEmbeddedFiles(t *testing.T) {
 			t.Errorf("GET %s: headers %v", path, resp.Header)
 		}
 	}
-	if body, _ := io.ReadAll(get(t, h, http.MethodGet, "/").Body); !strings.Contains(string(body), `<script type="module" src="/app.js">`) {
-		t.Errorf("index.html does not load app.js:\n%s", body)
+	if body, _ := io.ReadAll(get(t, h, http.MethodGet, "/").Body); !strings.Contains(string(body), `<script type="module" crossorigin src="/assets/app.js">`) ||
+		!strings.Contains(string(body), `href="/assets/index.css"`) {
+		t.Errorf("index.html does not load the built app:\n%s", body)
 	}
 }
 
 func TestHandlerRefusesOtherPathsAndMethods(t *testing.T) {
 	h := webui.Handler()
-	for _, path := range []string{"/nope.js", "/static/app.js", "/../webui.go", "/api/v2/chats"} {
+	for _, path := range []string{"/nope.js", "/static/assets/app.js", "/app.js", "/../webui.go", "/api/v2/chats"} {
 		if code := get(t, h, http.MethodGet, path).StatusCode; code != http.StatusNotFound {
 			t.Errorf("GET %s: %d, want 404", path, code)
 		}
@@ -58,19 +57,42 @@ func TestHandlerRefusesOtherPathsAndMethods(t *testing.T) {
 	if code := get(t, h, http.MethodPost, "/").StatusCode; code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /: %d, want 405", code)
 	}
-	if code := get(t, h, http.MethodHead, "/app.css").StatusCode; code != http.StatusOK {
-		t.Errorf("HEAD /app.css: %d, want 200", code)
+	if code := get(t, h, http.MethodHead, "/assets/index.css").StatusCode; code != http.StatusOK {
+		t.Errorf("HEAD /assets/index.css: %d, want 200", code)
 	}
 }
 
 func TestHandlerRevalidatesWithETag(t *testing.T) {
 	h := webui.Handler()
-	etag := get(t, h, http.MethodGet, "/app.js").Header.Get("ETag")
-	req := httptest.NewRequest(http.MethodGet, "/app.js", nil)
+	etag := get(t, h, http.MethodGet, "/assets/app.js").Header.Get("ETag")
+	req := httptest.NewRequest(http.MethodGet, "/assets/app.js", nil)
 	req.Header.Set("If-None-Match", etag)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	if rec.Code != http.StatusNotModified {
 		t.Fatalf("If-None-Match %s: %d, want 304", etag, rec.Code)
+	}
+}
+
+// TestBuiltAppFitsTheCSP: the built index.html loads only same-origin
+// files that the handler serves, with no inline script or style the CSP
+// would block.
+func TestBuiltAppFitsTheCSP(t *testing.T) {
+	h := webui.Handler()
+	body, _ := io.ReadAll(get(t, h, http.MethodGet, "/").Body)
+	html := string(body)
+	for _, bad := range []string{"<script>", "<style", " style=", "onload=", "onclick="} {
+		if strings.Contains(html, bad) {
+			t.Errorf("index.html has inline code the CSP blocks (%q):\n%s", bad, html)
+		}
+	}
+	refs := regexp.MustCompile(`(?:src|href)="(/[^"]*)"`).FindAllStringSubmatch(html, -1)
+	if len(refs) < 2 {
+		t.Fatalf("index.html references %d files, want the script and the stylesheet:\n%s", len(refs), html)
+	}
+	for _, m := range refs {
+		if code := get(t, h, http.MethodGet, m[1]).StatusCode; code != http.StatusOK {
+			t.Errorf("index.html references %s, which is %d", m[1], code)
+		}
 	}
 }

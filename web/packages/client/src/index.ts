@@ -1,0 +1,6 @@
+export * from './types';
+export * from './errors';
+export * from './rest';
+export * from './sse';
+export * from './stream';
+export * from './state';
