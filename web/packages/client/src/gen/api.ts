@@ -112,8 +112,10 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * ListMessages returns the history and the queue.
-         *     GET /api/v2/chats/{chat}/messages
+         * ListMessages returns a page of the history (oldest first within the
+         *     page) and the whole queue. Without before or after it is the newest page;
+         *     older_before and newer_after in the response fetch the neighbouring pages.
+         *     GET /api/v2/chats/{chat}/messages?page_size=&before=&after=
          */
         get: operations["ChatService_ListMessages"];
         put?: never;
@@ -238,8 +240,9 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * ListProviders lists the deployment's providers (administrators).
-         *     GET /api/v2/chats/providers
+         * ListProviders lists the deployment's providers (administrators), oldest
+         *     first, a page at a time.
+         *     GET /api/v2/chats/providers?page_size=&page_token=
          */
         get: operations["ChatService_ListProviders"];
         put?: never;
@@ -275,6 +278,46 @@ export interface paths {
         patch: operations["ChatService_UpdateProvider"];
         trace?: never;
     };
+    "/api/v2/files": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Upload a file to attach to a message (a "file" part with its file_id).
+         * @description A plain HTTP endpoint, not a gRPC method: the body is the file's raw bytes (not JSON), Content-Type its media type and ?name= its name. The upload belongs to its uploader in the token's organization, and to no chat until a message that references it is stored. Image and PDF types are checked against the bytes. Rate limited with the other endpoints (429 with Retry-After).
+         */
+        post: operations["Files_Upload"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v2/files/{file}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Download a file: its bytes, with its media type and name (Content-Disposition: attachment).
+         * @description A plain HTTP endpoint, not a gRPC method. Only the uploader, in the organization it was uploaded in, may read it; anyone else, and an attachment evicted by CHATD_MAX_ATTACHMENTS_PER_CHAT, gets 404.
+         */
+        get: operations["Files_Download"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v2/organizations/{organization_id}/chats/mcp-servers": {
         parameters: {
             query?: never;
@@ -283,8 +326,9 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * ListMcpServers lists the organization's MCP servers, by name.
-         *     GET /api/v2/organizations/{organization}/chats/mcp-servers
+         * ListMcpServers lists the organization's MCP servers, by name, a page at
+         *     a time.
+         *     GET /api/v2/organizations/{organization}/chats/mcp-servers?page_size=&page_token=
          */
         get: operations["McpServerService_ListMcpServers"];
         put?: never;
@@ -335,8 +379,10 @@ export interface paths {
             cookie?: never;
         };
         /**
-         * ListModelConfigs lists the organization's model configs (administrators).
-         *     GET /api/v2/organizations/{organization}/chats/model-configs
+         * ListModelConfigs lists the organization's model configs, oldest first, a
+         *     page at a time. Any member of the organization may call it (the chat
+         *     composer's model picker uses it); providers' keys are never part of it.
+         *     GET /api/v2/organizations/{organization}/chats/model-configs?page_size=&page_token=
          */
         get: operations["ChatService_ListModelConfigs"];
         put?: never;
@@ -432,7 +478,10 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** ListProjects lists the caller's projects. GET /api/v2/projects */
+        /**
+         * ListProjects lists the caller's projects, oldest first, a page at a time.
+         *     GET /api/v2/projects?page_size=&page_token=
+         */
         get: operations["ChatService_ListProjects"];
         put?: never;
         /** CreateProject creates a project of the caller. POST /api/v2/projects */
@@ -527,11 +576,6 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        Any: {
-            "@type"?: string;
-        } & {
-            [key: string]: unknown;
-        };
         /** @description Chat is one durable agent conversation. UUIDs travel as strings. */
         Chat: {
             archived?: boolean;
@@ -708,6 +752,20 @@ export interface components {
             /** @description The history rows the edit inserted (the replacement message first). */
             messages?: components["schemas"]["Message"][];
         };
+        /** @description The body of every error answer of every chatd HTTP endpoint. */
+        Error: {
+            /**
+             * @description The gRPC status code's canonical name in lower snake case.
+             * @enum {string}
+             */
+            code: "cancelled" | "unknown" | "invalid_argument" | "deadline_exceeded" | "not_found" | "already_exists" | "permission_denied" | "resource_exhausted" | "failed_precondition" | "aborted" | "out_of_range" | "unimplemented" | "internal" | "unavailable" | "data_loss" | "unauthenticated";
+            /** @description For developers, when present: the state machine's words (Interrupt not allowed in W (waiting)). */
+            detail?: string;
+            /** @description A plain sentence for a person, safe to show to the chat's user. */
+            message: string;
+            /** @description A stable UPPER_SNAKE word to branch on (CHAT_NOT_FOUND, CHAT_ARCHIVED, QUEUE_FULL, TRANSITION_NOT_ALLOWED, ...); the code in upper case when nothing more specific applies. */
+            reason: string;
+        };
         GetChatResponse: {
             chat?: components["schemas"]["Chat"];
         };
@@ -733,13 +791,31 @@ export interface components {
         };
         ListMcpServersResponse: {
             mcp_servers?: components["schemas"]["McpServer"][];
+            /** @description The token of the next page; empty on the last page. */
+            next_page_token?: string;
         };
         ListMessagesResponse: {
+            /** @description The page's messages, oldest first. */
             messages?: components["schemas"]["Message"][];
+            /**
+             * Format: int64
+             * @description When non-zero, newer messages exist: pass this as after for the page
+             *     after this one (it is the ID of this page's last message).
+             */
+            newer_after?: string;
+            /**
+             * Format: int64
+             * @description When non-zero, older messages exist: pass this as before for the page
+             *     before this one (it is the ID of this page's first message).
+             */
+            older_before?: string;
+            /** @description The whole queue, in order, with every page (a chat's queue is short). */
             queued_messages?: components["schemas"]["QueuedMessage"][];
         };
         ListModelConfigsResponse: {
             model_configs?: components["schemas"]["ModelConfig"][];
+            /** @description The token of the next page; empty on the last page. */
+            next_page_token?: string;
         };
         ListModelsResponse: {
             model_configs?: components["schemas"]["ModelConfig"][];
@@ -748,10 +824,14 @@ export interface components {
             unsupported_provider_types?: string[];
         };
         ListProjectsResponse: {
+            /** @description The token of the next page; empty on the last page. */
+            next_page_token?: string;
             /** @description The caller's projects in their organization, oldest first. */
             projects?: components["schemas"]["Project"][];
         };
         ListProvidersResponse: {
+            /** @description The token of the next page; empty on the last page. */
+            next_page_token?: string;
             providers?: components["schemas"]["Provider"][];
         };
         ListUserCompactionThresholdsResponse: {
@@ -1050,12 +1130,6 @@ export interface components {
         SetUserModelOverrideResponse: {
             model_override?: components["schemas"]["UserModelOverride"];
         };
-        Status: {
-            /** Format: int32 */
-            code?: number;
-            details?: components["schemas"]["Any"][];
-            message?: string;
-        };
         SubmitToolResultsBody: {
             results?: components["schemas"]["ToolResult"][];
         };
@@ -1115,6 +1189,21 @@ export interface components {
         };
         UpdateProviderResponse: {
             provider?: components["schemas"]["Provider"];
+        };
+        UploadedFile: {
+            /** @description The chat it is attached to; absent until a message references it. */
+            chat_id?: string;
+            /** Format: date-time */
+            created_at?: string;
+            /** @description The file_id a message's file part references. */
+            id?: string;
+            media_type?: string;
+            name?: string;
+            /**
+             * Format: int64
+             * @description Bytes, as a string like every 64-bit integer of the API.
+             */
+            size?: string;
         };
         /** @description Usage is the token usage reported by the model. */
         Usage: {
@@ -1199,13 +1288,13 @@ export interface operations {
                     "application/json": components["schemas"]["ListChatsResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1231,13 +1320,13 @@ export interface operations {
                     "application/json": components["schemas"]["Chat"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1261,13 +1350,13 @@ export interface operations {
                     "application/json": components["schemas"]["Chat"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1295,13 +1384,13 @@ export interface operations {
                     "application/json": components["schemas"]["Chat"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1325,13 +1414,13 @@ export interface operations {
                     "application/json": components["schemas"]["Chat"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1355,13 +1444,13 @@ export interface operations {
                     "application/json": components["schemas"]["Chat"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1385,20 +1474,37 @@ export interface operations {
                     "application/json": components["schemas"]["Chat"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
     };
     ChatService_ListMessages: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description When set, the oldest messages whose ID is above this message ID (the
+                 *     page after it); 0 reads from the start of the chat. Pass a response's
+                 *     newer_after to go forward. before and after cannot both be set.
+                 */
+                after?: string;
+                /**
+                 * @description When set, the newest messages whose ID is below this message ID (the
+                 *     page before it). Pass a response's older_before to go back in history.
+                 */
+                before?: string;
+                /**
+                 * @description The page's maximum number of messages: default 200 (when 0), at most
+                 *     1000; a larger value is refused (400).
+                 */
+                page_size?: number;
+            };
             header?: never;
             path: {
                 chat_id: string;
@@ -1416,13 +1522,13 @@ export interface operations {
                     "application/json": components["schemas"]["ListMessagesResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1451,13 +1557,13 @@ export interface operations {
                     "application/json": components["schemas"]["SendMessageResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1487,13 +1593,13 @@ export interface operations {
                     "application/json": components["schemas"]["EditMessageResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1518,13 +1624,13 @@ export interface operations {
                     "application/json": components["schemas"]["Chat"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1550,13 +1656,13 @@ export interface operations {
                     "application/json": components["schemas"]["PromoteQueuedMessageResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1580,13 +1686,13 @@ export interface operations {
                     "application/json": components["schemas"]["Chat"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1614,20 +1720,28 @@ export interface operations {
                     "application/json": components["schemas"]["Chat"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
     };
     ChatService_ListProviders: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The page's maximum number of providers: default 50 (when 0), at most 200. */
+                page_size?: number;
+                /**
+                 * @description An opaque token from a previous response's next_page_token; empty for
+                 *     the first page.
+                 */
+                page_token?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -1643,13 +1757,13 @@ export interface operations {
                     "application/json": components["schemas"]["ListProvidersResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1675,13 +1789,13 @@ export interface operations {
                     "application/json": components["schemas"]["Provider"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1706,13 +1820,13 @@ export interface operations {
                     "application/json": components["schemas"]["DeleteProviderResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1740,20 +1854,160 @@ export interface operations {
                     "application/json": components["schemas"]["Provider"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    Files_Upload: {
+        parameters: {
+            query?: {
+                /** @description The file's name: 1 to 255 characters of UTF-8, no slashes or NUL bytes. Without it, the filename of a Content-Disposition header. */
+                name?: string;
+            };
+            header: {
+                /** @description The file's media type, e.g. image/png, application/pdf or text/plain. */
+                "Content-Type": string;
+            };
+            path?: never;
+            cookie?: never;
+        };
+        /** @description The file's bytes, at most CHATD_MAX_ATTACHMENT_BYTES (10 MiB by default). */
+        requestBody: {
+            content: {
+                "*/*": string;
+            };
+        };
+        responses: {
+            /** @description Stored. Location is the file's download URL. */
+            201: {
+                headers: {
+                    /** @description /api/v2/files/{file} */
+                    Location?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UploadedFile"];
+                };
+            };
+            /** @description No media type, a bad name, an empty body, or bytes that contradict the declared image/PDF type. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description No or bad bearer token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description The body is over CHATD_MAX_ATTACHMENT_BYTES. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the caller's request rate (RATE_LIMITED); Retry-After says when to try again. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Error"];
+                };
+            };
+        };
+    };
+    Files_Download: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description The file's id (a UUID). */
+                file: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The file's bytes; Content-Type is its media type. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": string;
+                };
+            };
+            /** @description The id is not a UUID. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": components["schemas"]["Error"];
+                };
+            };
+            /** @description No or bad bearer token. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": components["schemas"]["Error"];
+                };
+            };
+            /** @description No such file for this caller, or it has expired. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": components["schemas"]["Error"];
+                };
+            };
+            /** @description Over the caller's request rate (RATE_LIMITED); Retry-After says when to try again. */
+            429: {
+                headers: {
+                    /** @description Seconds to wait. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": components["schemas"]["Error"];
                 };
             };
         };
     };
     McpServerService_ListMcpServers: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The page's maximum number of servers: default 50 (when 0), at most 200. */
+                page_size?: number;
+                /**
+                 * @description An opaque token from a previous response's next_page_token; empty for
+                 *     the first page.
+                 */
+                page_token?: string;
+            };
             header?: never;
             path: {
                 organization_id: string;
@@ -1771,13 +2025,13 @@ export interface operations {
                     "application/json": components["schemas"]["ListMcpServersResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1805,13 +2059,13 @@ export interface operations {
                     "application/json": components["schemas"]["McpServer"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1836,13 +2090,13 @@ export interface operations {
                     "application/json": components["schemas"]["McpServer"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1868,13 +2122,13 @@ export interface operations {
                     "application/json": components["schemas"]["DeleteMcpServerResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1903,20 +2157,31 @@ export interface operations {
                     "application/json": components["schemas"]["McpServer"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
     };
     ChatService_ListModelConfigs: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description The page's maximum number of model configs: default 50 (when 0), at
+                 *     most 200.
+                 */
+                page_size?: number;
+                /**
+                 * @description An opaque token from a previous response's next_page_token; empty for
+                 *     the first page.
+                 */
+                page_token?: string;
+            };
             header?: never;
             path: {
                 organization_id: string;
@@ -1934,13 +2199,13 @@ export interface operations {
                     "application/json": components["schemas"]["ListModelConfigsResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -1968,13 +2233,13 @@ export interface operations {
                     "application/json": components["schemas"]["ModelConfig"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2000,13 +2265,13 @@ export interface operations {
                     "application/json": components["schemas"]["DeleteModelConfigResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2035,13 +2300,13 @@ export interface operations {
                     "application/json": components["schemas"]["ModelConfig"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2066,13 +2331,13 @@ export interface operations {
                     "application/json": components["schemas"]["OrganizationModelOverride"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2101,13 +2366,13 @@ export interface operations {
                     "application/json": components["schemas"]["OrganizationModelOverride"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2133,13 +2398,13 @@ export interface operations {
                     "application/json": components["schemas"]["DeleteOrganizationModelOverrideResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2164,20 +2429,28 @@ export interface operations {
                     "application/json": components["schemas"]["ListModelsResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
     };
     ChatService_ListProjects: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description The page's maximum number of projects: default 50 (when 0), at most 200. */
+                page_size?: number;
+                /**
+                 * @description An opaque token from a previous response's next_page_token; empty for
+                 *     the first page.
+                 */
+                page_token?: string;
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -2193,13 +2466,13 @@ export interface operations {
                     "application/json": components["schemas"]["ListProjectsResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2225,13 +2498,13 @@ export interface operations {
                     "application/json": components["schemas"]["Project"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2254,13 +2527,13 @@ export interface operations {
                     "application/json": components["schemas"]["ListUserCompactionThresholdsResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2284,13 +2557,13 @@ export interface operations {
                     "application/json": components["schemas"]["UserCompactionThreshold"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2318,13 +2591,13 @@ export interface operations {
                     "application/json": components["schemas"]["UserCompactionThreshold"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2349,13 +2622,13 @@ export interface operations {
                     "application/json": components["schemas"]["DeleteUserCompactionThresholdResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2379,13 +2652,13 @@ export interface operations {
                     "application/json": components["schemas"]["UserModelOverride"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2413,13 +2686,13 @@ export interface operations {
                     "application/json": components["schemas"]["UserModelOverride"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
@@ -2444,13 +2717,13 @@ export interface operations {
                     "application/json": components["schemas"]["DeleteUserModelOverrideResponse"];
                 };
             };
-            /** @description An unexpected error response. */
+            /** @description An error, in chatd's error body. */
             default: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["Status"];
+                    "application/json": components["schemas"]["Error"];
                 };
             };
         };
