@@ -16,7 +16,8 @@ BENCHFLAGS ?= -benchmem
 # RPC, the hooks dispatcher, and every package of the worker, stream and
 # relay); the rest run without it, so the suite stays well inside CI's time.
 RACE_PATTERNS := ./pkg/chatstate/... ./pkg/notify/... ./pkg/partbuf/... ./pkg/partsrpc/... \
-	./pkg/hooks/... ./services/worker/... ./services/stream/... ./services/relay/...
+	./pkg/hooks/... ./services/worker/... ./services/stream/... ./services/relay/... \
+	./cmd/internal/loadgen/...
 RACE_PKGS = $(shell go list $(RACE_PATTERNS))
 PLAIN_PKGS = $(filter-out $(RACE_PKGS),$(shell go list $(PKGS)))
 
