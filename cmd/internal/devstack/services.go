@@ -79,6 +79,11 @@ func newServices(env settings, network *service.InProcess) ([]hosted, error) {
 		}
 	}
 	apiCfg := api.Config.(*apiserver.Config)
+	// One developer's stack: no per-user request rate unless it is set, so
+	// `chatd bench --dev` measures the stack rather than the limit.
+	if _, set := env.lookup("CHATD_RATE_LIMIT_PER_SECOND"); !set {
+		apiCfg.RateLimitPerSecond = 0
+	}
 	// service.Main applies the outbound policy to a service's process; the
 	// stack's services share this one.
 	outbound.SetDenyPrivate(apiCfg.OutboundDenyPrivate)

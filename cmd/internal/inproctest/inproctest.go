@@ -39,6 +39,9 @@ var defaults = map[string]string{
 	"CHATD_AUTH_SECRET": Secret,
 	"CHATD_GRPC_ADDR":   "127.0.0.1:0", "CHATD_HTTP_ADDR": "127.0.0.1:0",
 	"CHATD_ACQUIRE_INTERVAL": "1s", "CHATD_DRAIN_SECONDS": "1", "CHATD_SHUTDOWN_TIMEOUT": "5s",
+	// Tests poll faster than a person clicks: no per-user rate limit
+	// unless a test sets one (Options.Env).
+	"CHATD_RATE_LIMIT_PER_SECOND": "0",
 }
 
 // Options shape a stack.
