@@ -44,8 +44,9 @@ type RateLimiter struct {
 	burst     int
 	now       func() time.Time
 
-	mu      sync.Mutex
-	buckets map[rateKey]*rate.Limiter
+	mu        sync.Mutex
+	buckets   map[rateKey]*rate.Limiter
+	lastSweep time.Time
 }
 
 type rateKey struct{ user, org uuid.UUID }
@@ -75,7 +76,12 @@ func (l *RateLimiter) Allow(c auth.Claims) (bool, time.Duration) {
 	defer l.mu.Unlock()
 	b, ok := l.buckets[k]
 	if !ok {
-		if len(l.buckets) >= rateLimiterSweepAt {
+		// At most one sweep per refill time (burst/perSecond): a bucket
+		// untouched that long is full, and a map of that many active callers
+		// must not be scanned by each new one.
+		refill := time.Duration(float64(l.burst) / l.perSecond * float64(time.Second))
+		if len(l.buckets) >= rateLimiterSweepAt && now.Sub(l.lastSweep) >= refill {
+			l.lastSweep = now
 			for key, old := range l.buckets {
 				if old.TokensAt(now) >= float64(l.burst) {
 					delete(l.buckets, key)
