@@ -1,10 +1,13 @@
 package e2e_test
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
 	"github.com/chatd/chatd/pkg/service/servicetest"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // BenchmarkSendToFirstPart times POST /api/v2/chats/{chat}/messages until the
@@ -46,6 +50,13 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 		opts.Env = []string{"CHATD_EXPERIMENTS=chat-stage-metrics"}
 		opts.WorkerEnv = []string{"CHATD_METRICS_ADDR=" + workerMetrics}
 	}
+	// Every process marks the turn's hops on one timeline file (and so
+	// does this benchmark, below): the per-hop breakdown at the end.
+	timelineFile := filepath.Join(b.TempDir(), "timeline")
+	opts.Env = append(opts.Env, timeline.Env+"="+timelineFile)
+	marks, err := timeline.Open(timelineFile)
+	require.NoError(b, err)
+	defer marks.Close()
 	s := stacktest.StartWith(b, opts)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -86,8 +97,10 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
+		marks.Mark("bench.post")
 		s.Post(b, "/api/v2/chats/"+chatID+"/messages", body)
 		post = append(post, time.Since(start))
+		marks.Mark("bench.posted")
 		for {
 			ev := next("the first part")
 			if stacktest.Status(ev) == "running" {
@@ -97,6 +110,7 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 				break
 			}
 		}
+		marks.Mark("bench.part1")
 		lat = append(lat, time.Since(start))
 		// Let the turn finish: the next send must start a new turn, not
 		// queue behind this one.
@@ -151,6 +165,68 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	if stages {
 		b.Logf("worker stage means over %d turns: %s", b.N, stageMeans(scrape(b, workerMetrics)))
 	}
+	if hops, err := timelineHops(timelineFile); err != nil {
+		b.Logf("timeline: %v", err)
+	} else {
+		b.Logf("hop p50s from the POST's start over %d turns: %s", b.N, hops)
+	}
+}
+
+// timelineHops reads a timeline file (pkg/telemetry/timeline) and lists, in
+// time order, each event's p50 offset from its turn's bench.post in
+// milliseconds. A turn is the lines from one bench.post to the next; an
+// event marked more than once in a turn (a bundle, a notification) is
+// numbered: bundle.begin, bundle.begin#2, and so on. Only events up to the
+// turn's first part count.
+func timelineHops(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	offsets := map[string][]float64{}
+	var start int64
+	var seen map[string]int
+	done := true
+	for _, line := range strings.Split(string(data), "\n") {
+		at, event, ok := strings.Cut(line, " ")
+		us, err := strconv.ParseInt(at, 10, 64)
+		if !ok || err != nil {
+			continue
+		}
+		if event == "bench.post" {
+			start, seen, done = us, map[string]int{}, false
+		}
+		if done {
+			continue
+		}
+		seen[event]++
+		if n := seen[event]; n > 1 {
+			event += "#" + strconv.Itoa(n)
+		}
+		offsets[event] = append(offsets[event], float64(us-start)/1000)
+		done = event == "bench.part1"
+	}
+	type hop struct {
+		event string
+		p50   float64
+	}
+	var hops []hop
+	for event, ds := range offsets {
+		slices.Sort(ds)
+		hops = append(hops, hop{event, ds[len(ds)/2]})
+	}
+	if len(hops) == 0 {
+		return "", errors.New("no turn was marked")
+	}
+	slices.SortFunc(hops, func(a, b hop) int { return cmp.Compare(a.p50, b.p50) })
+	var out strings.Builder
+	for i, h := range hops {
+		if i > 0 {
+			out.WriteString(", ")
+		}
+		fmt.Fprintf(&out, "%s %.2f", h.event, h.p50)
+	}
+	return out.String(), nil
 }
 
 // stageMeans reads the chatd_stage_duration_seconds histograms of a

@@ -56,6 +56,6 @@ func (tx *Tx) write(ctx context.Context, e execution) error {
 	if err != nil {
 		return fmt.Errorf("write execution state of chat %s: %w", tx.chat.ID, err)
 	}
-	tx.chat = row
+	tx.setChat(row)
 	return nil
 }

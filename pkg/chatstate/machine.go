@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/chatd/chatd/pkg/db/queries"
+
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // DefaultRequiresActionTimeout is how long a chat waits in requires_action
@@ -158,6 +160,7 @@ func (m *Machine) afterCommit(ctx context.Context, snaps ...Snapshot) {
 }
 
 func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	timeline.Mark("bundle.begin")
 	ptx, err := m.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin transition bundle: %w", err)
@@ -168,6 +171,8 @@ func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 		}
 		return err
 	}
+	timeline.Mark("bundle.commit")
+	defer timeline.Mark("bundle.committed")
 	if err := ptx.Commit(ctx); err != nil {
 		return fmt.Errorf("commit transition bundle: %w", err)
 	}
@@ -211,6 +216,39 @@ type Tx struct {
 	now      time.Time
 	applied  []Applied
 	readOnly bool
+	// rowFresh: tx.chat is the row as the last statement that could change
+	// it left it (a chats UPDATE ... RETURNING), so a landing need not read
+	// it again. A write to chat_messages or the queue clears it: their
+	// triggers bump the chat's versions.
+	rowFresh bool
+	// queueTouched: the queue was written since queueLen was read.
+	queueTouched bool
+	// openCalls caches OpenToolCalls until the next write to history.
+	openCalls []OpenToolCall
+	openRead  bool
+	// freshRunner is the runner whose heartbeat this bundle inserted
+	// (Acquire): its lease is fresh by construction.
+	freshRunner *uuid.UUID
+}
+
+// setChat records the row a chats UPDATE ... RETURNING gave back.
+func (tx *Tx) setChat(row queries.Chat) {
+	tx.chat = row
+	tx.rowFresh = true
+}
+
+// wroteHistory notes a write to chat_messages: its trigger moved the chat
+// row's history_version, and the open tool calls may have changed.
+func (tx *Tx) wroteHistory() {
+	tx.rowFresh = false
+	tx.openRead, tx.openCalls = false, nil
+}
+
+// wroteQueue notes a write to the queue: its trigger moved the chat row's
+// queue_version, and queueLen may be off.
+func (tx *Tx) wroteQueue() {
+	tx.rowFresh = false
+	tx.queueTouched = true
 }
 
 // Chat is the locked chat row as of the last applied transition.
@@ -289,12 +327,19 @@ func ownershipDetail(o Ownership) string {
 
 // land re-reads the chat and its queue length and checks that t, applied
 // from `from` in `variant`, landed where the table says.
+//
+// The re-read is skipped when the transition's last statement was a chats
+// UPDATE returning the row and the queue was not written since its length
+// was read: the row in hand is then what a re-read would return.
 func (tx *Tx) land(ctx context.Context, t Transition, from State, variant string) error {
-	row, err := tx.q.ChatGetWithQueueLen(ctx, tx.chat.ID)
-	if err != nil {
-		return fmt.Errorf("%s: re-read chat %s: %w", t, tx.chat.ID, err)
+	if !tx.rowFresh || tx.queueTouched {
+		row, err := tx.q.ChatGetWithQueueLen(ctx, tx.chat.ID)
+		if err != nil {
+			return fmt.Errorf("%s: re-read chat %s: %w", t, tx.chat.ID, err)
+		}
+		tx.chat, tx.queueLen = row.Chat, row.QueueLen
+		tx.rowFresh, tx.queueTouched = true, false
 	}
-	tx.chat, tx.queueLen = row.Chat, row.QueueLen
 	to := tx.State()
 	if ownershipTransition(t) {
 		// Ownership transitions never move the execution state.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -83,6 +84,7 @@ func (tx *Tx) insertRow(ctx context.Context, m NewMessage, queuedID *int64) (que
 	if vis == "" {
 		vis = VisibleToBoth
 	}
+	tx.wroteHistory()
 	row, err := tx.q.ChatMessageInsert(ctx, queries.ChatMessageInsertParams{
 		ChatID:          tx.chat.ID,
 		Role:            m.Role,
@@ -123,7 +125,12 @@ type OpenToolCall struct {
 }
 
 // OpenToolCalls lists the tool calls in active history with no result.
+// The result is read once and kept until the bundle next writes history
+// (a step decision asks twice: pending dynamic calls, then open calls).
 func (tx *Tx) OpenToolCalls(ctx context.Context) ([]OpenToolCall, error) {
+	if tx.openRead {
+		return slices.Clone(tx.openCalls), nil
+	}
 	rows, err := tx.q.ChatMessageOpenToolCalls(ctx, tx.chat.ID)
 	if err != nil {
 		return nil, fmt.Errorf("find open tool calls in chat %s: %w", tx.chat.ID, err)
@@ -132,6 +139,7 @@ func (tx *Tx) OpenToolCalls(ctx context.Context) ([]OpenToolCall, error) {
 	for i, r := range rows {
 		out[i] = OpenToolCall{MessageID: r.MessageID, ToolCallID: r.ToolCallID, ToolName: r.ToolName}
 	}
+	tx.openCalls, tx.openRead = slices.Clone(out), true
 	return out, nil
 }
 
@@ -169,6 +177,7 @@ func (tx *Tx) insertUserTurn(ctx context.Context, m NewMessage, queuedID *int64,
 // promote moves queued message q into history as a user turn. The queue row
 // must delete exactly one row; the history row carries its ID.
 func (tx *Tx) promote(ctx context.Context, q queries.ChatQueuedMessage, reason string) (queries.ChatMessage, error) {
+	tx.wroteQueue()
 	n, err := tx.q.ChatQueuedMessageDelete(ctx, queries.ChatQueuedMessageDeleteParams{ChatID: tx.chat.ID, ID: q.ID})
 	if err != nil {
 		return queries.ChatMessage{}, fmt.Errorf("delete queued message %d of chat %s: %w", q.ID, tx.chat.ID, err)
@@ -212,6 +221,7 @@ func (tx *Tx) enqueue(ctx context.Context, m NewMessage) (queries.ChatQueuedMess
 	if err := m.validate(); err != nil {
 		return queries.ChatQueuedMessage{}, err
 	}
+	tx.wroteQueue()
 	q, err := tx.q.ChatQueuedMessageInsert(ctx, queries.ChatQueuedMessageInsertParams{
 		ChatID: tx.chat.ID, Content: m.Content.Marshal(), ModelConfigID: m.ModelConfigID,
 		ReasoningEffort: m.ReasoningEffort, CreatedBy: m.CreatedBy, CreatedAt: tx.now, TurnID: m.TurnID,

@@ -30,6 +30,11 @@ func (tx *Tx) committed(ctx context.Context) (Snapshot, error) {
 	if !s.State().Runnable() || c.WorkerID == nil || c.RunnerID == nil {
 		return s, nil
 	}
+	if tx.freshRunner != nil && *tx.freshRunner == *c.RunnerID {
+		// This bundle's Acquire wrote the owner's lease a moment ago, and
+		// the owner is the very runner about to start: nothing to read.
+		return s, nil
+	}
 	fresh, err := tx.q.ChatHeartbeatIsFresh(ctx, queries.ChatHeartbeatIsFreshParams{
 		ChatID: c.ID, RunnerID: *c.RunnerID, LeaseSeconds: tx.m.ownerLease().Seconds(),
 	})

@@ -143,9 +143,11 @@ func (tx *Tx) EditMessage(ctx context.Context, id int64, replacement NewMessage,
 	if _, err := tx.editTarget(ctx, id); err != nil {
 		return nil, err
 	}
+	tx.wroteQueue()
 	if _, err := tx.q.ChatQueuedMessageDeleteAll(ctx, tx.chat.ID); err != nil {
 		return nil, fmt.Errorf("clear queue of chat %s: %w", tx.chat.ID, err)
 	}
+	tx.wroteHistory()
 	if _, err := tx.q.ChatMessageSoftDeleteFrom(ctx, queries.ChatMessageSoftDeleteFromParams{ChatID: tx.chat.ID, FromID: id}); err != nil {
 		return nil, fmt.Errorf("truncate history of chat %s at %d: %w", tx.chat.ID, id, err)
 	}
@@ -172,6 +174,7 @@ func (tx *Tx) DeleteQueuedMessage(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
+	tx.wroteQueue()
 	n, err := tx.q.ChatQueuedMessageDelete(ctx, queries.ChatQueuedMessageDeleteParams{ChatID: tx.chat.ID, ID: id})
 	if err != nil {
 		return fmt.Errorf("delete queued message %d of chat %s: %w", id, tx.chat.ID, err)
@@ -226,6 +229,7 @@ func (tx *Tx) PromoteQueuedMessage(ctx context.Context, id int64) (PromoteResult
 		return res, tx.land(ctx, PromoteQueuedMessage, from, queueVariant(tx.queueLen-1, VariantPromotedLast))
 	}
 	// R1, I1
+	tx.wroteQueue()
 	if _, err := tx.q.ChatQueuedMessageMoveToHead(ctx, queries.ChatQueuedMessageMoveToHeadParams{ChatID: tx.chat.ID, ID: id}); err != nil {
 		return res, fmt.Errorf("move queued message %d of chat %s to the head: %w", id, tx.chat.ID, err)
 	}
@@ -382,7 +386,7 @@ func (tx *Tx) RequestCompaction(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("request compaction of chat %s: %w", tx.chat.ID, err)
 	}
-	tx.chat = row
+	tx.setChat(row)
 	return tx.land(ctx, RequestCompaction, from, "")
 }
 
@@ -442,7 +446,7 @@ func (tx *Tx) SetArchived(ctx context.Context, archived bool) error {
 	if err != nil {
 		return fmt.Errorf("set archived=%t on chat %s: %w", archived, tx.chat.ID, err)
 	}
-	tx.chat = row
+	tx.setChat(row)
 	return tx.land(ctx, t, from, "")
 }
 
@@ -462,7 +466,7 @@ func (tx *Tx) ReconcileInvalidState(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reconcile chat %s: %w", tx.chat.ID, err)
 	}
-	tx.chat = row
+	tx.setChat(row)
 	variant := VariantNoQueued
 	if tx.queueLen > 0 {
 		variant = VariantQueued

@@ -24,10 +24,11 @@ func (tx *Tx) Acquire(ctx context.Context, workerID, runnerID uuid.UUID) error {
 	if err != nil {
 		return fmt.Errorf("acquire chat %s: %w", tx.chat.ID, err)
 	}
-	tx.chat = row
+	tx.setChat(row)
 	if err := tx.q.ChatHeartbeatInsert(ctx, queries.ChatHeartbeatInsertParams{ChatID: tx.chat.ID, RunnerID: runnerID}); err != nil {
 		return fmt.Errorf("insert heartbeat for chat %s runner %s: %w", tx.chat.ID, runnerID, err)
 	}
+	tx.freshRunner = &runnerID
 	return tx.land(ctx, Acquire, from, "")
 }
 
@@ -41,7 +42,7 @@ func (tx *Tx) Abandon(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("abandon chat %s: %w", tx.chat.ID, err)
 	}
-	tx.chat = row
+	tx.setChat(row)
 	return tx.land(ctx, Abandon, from, "")
 }
 
@@ -204,7 +205,7 @@ func (tx *Tx) RecordGenerationAttempt(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("record generation attempt of chat %s: %w", tx.chat.ID, err)
 	}
-	tx.chat = row
+	tx.setChat(row)
 	return tx.land(ctx, RecordGenerationAttempt, from, "")
 }
 
@@ -232,7 +233,7 @@ func (tx *Tx) RecordRetryState(ctx context.Context, state RetryState) error {
 	if err != nil {
 		return fmt.Errorf("record retry state of chat %s: %w", tx.chat.ID, err)
 	}
-	tx.chat = row
+	tx.setChat(row)
 	return tx.land(ctx, RecordRetryState, from, "")
 }
 

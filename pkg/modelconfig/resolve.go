@@ -28,38 +28,45 @@ func (s *Store) ResolveForChat(ctx context.Context, orgID uuid.UUID, requested *
 
 // ResolveForChat is Store.ResolveForChat through r's query handle.
 func (r Reader) ResolveForChat(ctx context.Context, orgID uuid.UUID, requested *uuid.UUID) (ModelConfig, error) {
+	cfg, _, err := r.ResolveWithProvider(ctx, orgID, requested)
+	return cfg, err
+}
+
+// ResolveWithProvider is ResolveForChat with the config's provider, read in
+// the same statement: what a runner needs to open the model.
+func (r Reader) ResolveWithProvider(ctx context.Context, orgID uuid.UUID, requested *uuid.UUID) (ModelConfig, Provider, error) {
 	q := r.q
 	if requested != nil {
 		row, err := q.ChatModelConfigGetWithProvider(ctx, *requested)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (row.ChatModelConfig.Deleted || row.ChatModelConfig.OrganizationID != orgID)) {
-			return ModelConfig{}, invalid("model config %s does not exist in this organization", *requested)
+			return ModelConfig{}, Provider{}, invalid("model config %s does not exist in this organization", *requested)
 		}
 		if err != nil {
-			return ModelConfig{}, fmt.Errorf("error getting model config %s: %w", *requested, err)
+			return ModelConfig{}, Provider{}, fmt.Errorf("error getting model config %s: %w", *requested, err)
 		}
 		c := row.ChatModelConfig
 		if !c.Enabled {
-			return ModelConfig{}, invalid("model config %s (%s) is disabled", c.ID, c.Model)
+			return ModelConfig{}, Provider{}, invalid("model config %s (%s) is disabled", c.ID, c.Model)
 		}
 		if !row.ProviderEnabled {
-			return ModelConfig{}, invalid("the provider of model config %s (%s) is disabled", c.ID, c.Model)
+			return ModelConfig{}, Provider{}, invalid("the provider of model config %s (%s) is disabled", c.ID, c.Model)
 		}
-		return configFromRow(c), nil
+		return configFromRow(c), providerFromRow(row.ChatProvider), nil
 	}
 
 	row, err := q.ChatModelConfigGetDefault(ctx, orgID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return ModelConfig{}, ErrNoDefaultModelConfig
+		return ModelConfig{}, Provider{}, ErrNoDefaultModelConfig
 	}
 	if err != nil {
-		return ModelConfig{}, fmt.Errorf("error getting default model config: %w", err)
+		return ModelConfig{}, Provider{}, fmt.Errorf("error getting default model config: %w", err)
 	}
 	c := row.ChatModelConfig
 	if !c.Enabled {
-		return ModelConfig{}, fmt.Errorf("%w: default model config %s (%s) is disabled", ErrNoDefaultModelConfig, c.ID, c.Model)
+		return ModelConfig{}, Provider{}, fmt.Errorf("%w: default model config %s (%s) is disabled", ErrNoDefaultModelConfig, c.ID, c.Model)
 	}
 	if !row.ProviderEnabled {
-		return ModelConfig{}, fmt.Errorf("%w: the provider of default model config %s (%s) is disabled", ErrNoDefaultModelConfig, c.ID, c.Model)
+		return ModelConfig{}, Provider{}, fmt.Errorf("%w: the provider of default model config %s (%s) is disabled", ErrNoDefaultModelConfig, c.ID, c.Model)
 	}
-	return configFromRow(c), nil
+	return configFromRow(c), providerFromRow(row.ChatProvider), nil
 }

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chatd/chatd/pkg/chatstate"
+
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // Publisher publishes notifications for committed transition bundles. Its
@@ -36,6 +38,7 @@ func NewPublisher(nc *nats.Conn, log *slog.Logger) *Publisher {
 // once that is full). Only when the buffer passes its size limit does Publish
 // write to the socket itself, bounded by the connection's FlusherTimeout.
 func (p *Publisher) AfterCommit(ctx context.Context, snaps []chatstate.Snapshot) {
+	timeline.Mark("publish")
 	for _, s := range snaps {
 		p.publish(ctx, s, UpdateSubject(s.Chat.ID), UpdateFromSnapshot(s))
 		if NeedsOwner(s) {

@@ -29,6 +29,7 @@ import (
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/streamctl"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // errShutdown ends the streams of a closed Server or a closed buffer.
@@ -118,6 +119,7 @@ func (s *Server) StreamParts(stream chatdv1.PartsService_StreamPartsServer) erro
 			if cur != nil {
 				cur.stop()
 			}
+			timeline.Mark("worker.parts.subscribed")
 			cur = s.subscribe(*sel)
 		}
 		if eof {

@@ -31,14 +31,14 @@ SELECT EXISTS (
     AND hb.heartbeat_at > statement_timestamp() - make_interval(secs => sqlc.arg(lease_seconds)::float8)
 )::bool AS fresh;
 
--- name: ChatLimiterSetLockTimeout :exec
--- Like SET LOCAL lock_timeout, it bounds the wait for the limiter lock (and every
--- later lock) for the rest of the transaction.
-SELECT set_config('lock_timeout', @lock_timeout::text, true);
-
 -- name: ChatLimiterLock :exec
--- The capacity admission lock, held until the transaction ends.
-SELECT pg_advisory_xact_lock(@lock_key::bigint);
+-- The capacity admission lock, held until the transaction ends, waited for
+-- at most lock_timeout. Like SET LOCAL lock_timeout, the set_config bounds
+-- that wait (and every later lock) for the rest of the transaction; it
+-- runs first because the outer row is built from the subquery's, and both
+-- go in one round trip on the acquisition's path.
+SELECT pg_advisory_xact_lock(@lock_key::bigint)
+FROM (SELECT set_config('lock_timeout', @lock_timeout::text, true)) AS timeout;
 
 -- name: ChatLimiterCountOwned :one
 -- Slots in use, that is chats owned by a runner whose lease is fresh, split into

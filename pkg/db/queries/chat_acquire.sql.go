@@ -132,22 +132,21 @@ func (q *Queries) ChatLimiterCountOwned(ctx context.Context, leaseSeconds float6
 
 const chatLimiterLock = `-- name: ChatLimiterLock :exec
 SELECT pg_advisory_xact_lock($1::bigint)
+FROM (SELECT set_config('lock_timeout', $2::text, true)) AS timeout
 `
 
-// The capacity admission lock, held until the transaction ends.
-func (q *Queries) ChatLimiterLock(ctx context.Context, lockKey int64) error {
-	_, err := q.db.Exec(ctx, chatLimiterLock, lockKey)
-	return err
+type ChatLimiterLockParams struct {
+	LockKey     int64
+	LockTimeout string
 }
 
-const chatLimiterSetLockTimeout = `-- name: ChatLimiterSetLockTimeout :exec
-SELECT set_config('lock_timeout', $1::text, true)
-`
-
-// Like SET LOCAL lock_timeout, it bounds the wait for the limiter lock (and every
-// later lock) for the rest of the transaction.
-func (q *Queries) ChatLimiterSetLockTimeout(ctx context.Context, lockTimeout string) error {
-	_, err := q.db.Exec(ctx, chatLimiterSetLockTimeout, lockTimeout)
+// The capacity admission lock, held until the transaction ends, waited for
+// at most lock_timeout. Like SET LOCAL lock_timeout, the set_config bounds
+// that wait (and every later lock) for the rest of the transaction; it
+// runs first because the outer row is built from the subquery's, and both
+// go in one round trip on the acquisition's path.
+func (q *Queries) ChatLimiterLock(ctx context.Context, arg ChatLimiterLockParams) error {
+	_, err := q.db.Exec(ctx, chatLimiterLock, arg.LockKey, arg.LockTimeout)
 	return err
 }
 

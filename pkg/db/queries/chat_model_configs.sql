@@ -23,13 +23,15 @@ WHERE organization_id = @organization_id AND id = @id AND NOT deleted;
 -- ChatModelConfigGetWithProvider reads a config whatever its organization or
 -- deletion, with its provider's enabled flag, for model selection.
 -- name: ChatModelConfigGetWithProvider :one
-SELECT sqlc.embed(chat_model_configs), chat_providers.enabled AS provider_enabled
+-- With the whole provider row: a runner opening the chat's model needs both,
+-- in one round trip.
+SELECT sqlc.embed(chat_model_configs), chat_providers.enabled AS provider_enabled, sqlc.embed(chat_providers)
 FROM chat_model_configs
 JOIN chat_providers ON chat_providers.id = chat_model_configs.provider_id
 WHERE chat_model_configs.id = @id;
 
 -- name: ChatModelConfigGetDefault :one
-SELECT sqlc.embed(chat_model_configs), chat_providers.enabled AS provider_enabled
+SELECT sqlc.embed(chat_model_configs), chat_providers.enabled AS provider_enabled, sqlc.embed(chat_providers)
 FROM chat_model_configs
 JOIN chat_providers ON chat_providers.id = chat_model_configs.provider_id
 WHERE chat_model_configs.organization_id = @organization_id

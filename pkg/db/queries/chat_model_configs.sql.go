@@ -64,7 +64,7 @@ func (q *Queries) ChatModelConfigGet(ctx context.Context, arg ChatModelConfigGet
 }
 
 const chatModelConfigGetDefault = `-- name: ChatModelConfigGetDefault :one
-SELECT chat_model_configs.id, chat_model_configs.organization_id, chat_model_configs.provider_id, chat_model_configs.model, chat_model_configs.display_name, chat_model_configs.enabled, chat_model_configs.is_default, chat_model_configs.context_limit, chat_model_configs.compression_threshold, chat_model_configs.options, chat_model_configs.deleted, chat_model_configs.created_at, chat_model_configs.updated_at, chat_providers.enabled AS provider_enabled
+SELECT chat_model_configs.id, chat_model_configs.organization_id, chat_model_configs.provider_id, chat_model_configs.model, chat_model_configs.display_name, chat_model_configs.enabled, chat_model_configs.is_default, chat_model_configs.context_limit, chat_model_configs.compression_threshold, chat_model_configs.options, chat_model_configs.deleted, chat_model_configs.created_at, chat_model_configs.updated_at, chat_providers.enabled AS provider_enabled, chat_providers.id, chat_providers.provider_type, chat_providers.display_name, chat_providers.base_url, chat_providers.api_key, chat_providers.enabled, chat_providers.created_at, chat_providers.updated_at
 FROM chat_model_configs
 JOIN chat_providers ON chat_providers.id = chat_model_configs.provider_id
 WHERE chat_model_configs.organization_id = $1
@@ -75,6 +75,7 @@ WHERE chat_model_configs.organization_id = $1
 type ChatModelConfigGetDefaultRow struct {
 	ChatModelConfig ChatModelConfig
 	ProviderEnabled bool
+	ChatProvider    ChatProvider
 }
 
 func (q *Queries) ChatModelConfigGetDefault(ctx context.Context, organizationID uuid.UUID) (ChatModelConfigGetDefaultRow, error) {
@@ -95,12 +96,20 @@ func (q *Queries) ChatModelConfigGetDefault(ctx context.Context, organizationID 
 		&i.ChatModelConfig.CreatedAt,
 		&i.ChatModelConfig.UpdatedAt,
 		&i.ProviderEnabled,
+		&i.ChatProvider.ID,
+		&i.ChatProvider.ProviderType,
+		&i.ChatProvider.DisplayName,
+		&i.ChatProvider.BaseUrl,
+		&i.ChatProvider.ApiKey,
+		&i.ChatProvider.Enabled,
+		&i.ChatProvider.CreatedAt,
+		&i.ChatProvider.UpdatedAt,
 	)
 	return i, err
 }
 
 const chatModelConfigGetWithProvider = `-- name: ChatModelConfigGetWithProvider :one
-SELECT chat_model_configs.id, chat_model_configs.organization_id, chat_model_configs.provider_id, chat_model_configs.model, chat_model_configs.display_name, chat_model_configs.enabled, chat_model_configs.is_default, chat_model_configs.context_limit, chat_model_configs.compression_threshold, chat_model_configs.options, chat_model_configs.deleted, chat_model_configs.created_at, chat_model_configs.updated_at, chat_providers.enabled AS provider_enabled
+SELECT chat_model_configs.id, chat_model_configs.organization_id, chat_model_configs.provider_id, chat_model_configs.model, chat_model_configs.display_name, chat_model_configs.enabled, chat_model_configs.is_default, chat_model_configs.context_limit, chat_model_configs.compression_threshold, chat_model_configs.options, chat_model_configs.deleted, chat_model_configs.created_at, chat_model_configs.updated_at, chat_providers.enabled AS provider_enabled, chat_providers.id, chat_providers.provider_type, chat_providers.display_name, chat_providers.base_url, chat_providers.api_key, chat_providers.enabled, chat_providers.created_at, chat_providers.updated_at
 FROM chat_model_configs
 JOIN chat_providers ON chat_providers.id = chat_model_configs.provider_id
 WHERE chat_model_configs.id = $1
@@ -109,10 +118,13 @@ WHERE chat_model_configs.id = $1
 type ChatModelConfigGetWithProviderRow struct {
 	ChatModelConfig ChatModelConfig
 	ProviderEnabled bool
+	ChatProvider    ChatProvider
 }
 
 // ChatModelConfigGetWithProvider reads a config whatever its organization or
 // deletion, with its provider's enabled flag, for model selection.
+// With the whole provider row: a runner opening the chat's model needs both,
+// in one round trip.
 func (q *Queries) ChatModelConfigGetWithProvider(ctx context.Context, id uuid.UUID) (ChatModelConfigGetWithProviderRow, error) {
 	row := q.db.QueryRow(ctx, chatModelConfigGetWithProvider, id)
 	var i ChatModelConfigGetWithProviderRow
@@ -131,6 +143,14 @@ func (q *Queries) ChatModelConfigGetWithProvider(ctx context.Context, id uuid.UU
 		&i.ChatModelConfig.CreatedAt,
 		&i.ChatModelConfig.UpdatedAt,
 		&i.ProviderEnabled,
+		&i.ChatProvider.ID,
+		&i.ChatProvider.ProviderType,
+		&i.ChatProvider.DisplayName,
+		&i.ChatProvider.BaseUrl,
+		&i.ChatProvider.ApiKey,
+		&i.ChatProvider.Enabled,
+		&i.ChatProvider.CreatedAt,
+		&i.ChatProvider.UpdatedAt,
 	)
 	return i, err
 }

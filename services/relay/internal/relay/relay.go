@@ -61,6 +61,7 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/streamctl"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // resolveTimeout bounds a worker registry lookup.
@@ -418,6 +419,9 @@ func (u *upstream) apply(resp *chatdv1.StreamPartsResponse) error {
 	switch ev := resp.GetEvent().(type) {
 	case *chatdv1.StreamPartsResponse_Part:
 		want := int64(len(u.log)) + 1
+		if want == 1 {
+			timeline.Mark("relay.part1")
+		}
 		if u.closed {
 			return status.Errorf(codes.Unavailable, "upstream of worker %s: episode (%d, %d): got part seq %d after the episode closed (last seq %d)",
 				u.key.worker, u.ep.hv, u.ep.ga, ev.Part.GetSeq(), u.lastSeq)
@@ -516,6 +520,7 @@ type subscriber struct {
 // apply handles a control message: leave, move to another upstream, or
 // select an episode on the current one.
 func (s *Server) apply(ctx context.Context, sub *subscriber, sel selection) error {
+	timeline.Mark("relay.control")
 	if sel.worker == uuid.Nil {
 		if sub.up != nil {
 			s.release(sub.up)

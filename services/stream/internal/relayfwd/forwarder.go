@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
@@ -99,6 +100,7 @@ func (f *Forwarder) Configure(_ context.Context, ep streamloop.Episode) {
 	if f.closed || f.configured && f.want.Same(ep) {
 		return
 	}
+	timeline.Mark("stream.relay.configure")
 	f.configured = true
 	f.want = ep
 	f.wantWorker = ""
@@ -219,6 +221,9 @@ func (f *Forwarder) recv(ctx context.Context, st chatdv1.RelayService_StreamPart
 		f.mu.Unlock()
 		if !ok {
 			continue // still in flight from an earlier selection
+		}
+		if p.Seq == 1 {
+			timeline.Mark("stream.relay.part1")
 		}
 		lp := streamloop.LivePart{HistoryVersion: resp.HistoryVersion, GenerationAttempt: resp.GenerationAttempt,
 			Seq: p.Seq, Role: p.Role, Data: p.Data}

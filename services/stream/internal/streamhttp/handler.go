@@ -3,6 +3,7 @@
 package streamhttp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/httperror"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
@@ -602,6 +604,9 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn, f
 		}
 		if _, err := w.Write(b); err != nil {
 			return err
+		}
+		if timeline.Enabled() && bytes.Contains(b, []byte("message_part")) {
+			timeline.Mark("stream.sse.part")
 		}
 		return rc.Flush()
 	}

@@ -8,6 +8,7 @@ import (
 
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // updateHub shares one chat:update subscription per chat among the
@@ -84,6 +85,7 @@ func (h *updateHub) leave(chatID uuid.UUID, cu *chatUpdates, c *conn) {
 // deliver hands a notification to every connection of the chat; each
 // takes it without blocking (conn.notified).
 func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
+	timeline.Mark("stream.notified")
 	cu.mu.Lock()
 	defer cu.mu.Unlock()
 	for c := range cu.conns {

@@ -18,6 +18,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // ErrChatNotFound is returned when the chat row does not exist.
@@ -286,6 +287,17 @@ func (l *Loop) prepare(h *Hints) *PendingRead {
 	return &PendingRead{l: l, in: in, h: h}
 }
 
+// chatOnly reports whether the hints say only the chat row moved (history
+// and queue at the loop's positions): a worker acquiring the chat, a new
+// generation attempt, a retry, a release. Such a read starts with the chat
+// row alone, one statement and so one snapshot, and opens a transaction
+// for the rest only when the row shows more to read.
+func (r *PendingRead) chatOnly() bool {
+	h := r.h
+	return h != nil && h.HistoryVersion != nil && *h.HistoryVersion <= r.in.history &&
+		h.QueueVersion != nil && *h.QueueVersion <= r.in.queue
+}
+
 // Chat is the chat row a Fetched read saw.
 func (f Fetched) Chat() queries.Chat { return f.db.chat }
 
@@ -293,6 +305,8 @@ func (f Fetched) Chat() queries.Chat { return f.db.chat }
 // shared with the replica's other loops of the chat at the same position.
 // It is safe to call while the loop applies parts.
 func (r *PendingRead) Do(ctx context.Context) (Fetched, error) {
+	timeline.Mark("stream.read")
+	defer timeline.Mark("stream.read.done")
 	var db dbState
 	var err error
 	if r.l.reads != nil {
@@ -300,9 +314,9 @@ func (r *PendingRead) Do(ctx context.Context) (Fetched, error) {
 		if r.h != nil {
 			minSnapshot = r.h.SnapshotVersion
 		}
-		db, err = r.l.reads.read(ctx, r.in, minSnapshot)
+		db, err = r.l.reads.read(ctx, r.in, minSnapshot, r.chatOnly())
 	} else {
-		db, err = readState(ctx, r.l.pool, r.in)
+		db, err = readState(ctx, r.l.pool, r.in, r.chatOnly())
 	}
 	return Fetched{r: r, db: db}, err
 }
@@ -353,8 +367,8 @@ func scanMessages(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]ms
 
 // readState does every database read of one Sync in one REPEATABLE READ,
 // READ ONLY transaction, so all of them see one snapshot.
-func readState(ctx context.Context, pool *pgxpool.Pool, in readInput) (dbState, error) {
-	out, _, err := readShared(ctx, pool, in, in.queue, in.actionHistory)
+func readState(ctx context.Context, pool *pgxpool.Pool, in readInput, chatOnly bool) (dbState, error) {
+	out, _, err := readShared(ctx, pool, in, in.queue, in.actionHistory, chatOnly)
 	return out, err
 }
 
@@ -364,11 +378,26 @@ type covered struct{ queue, toolCalls bool }
 // readShared is readState for every loop at in's history position and
 // resume flag, with the queue read when the chat's queue is past minQueue
 // and the open tool calls when its history is past minAction (the lowest
-// positions among the loops sharing it).
-func readShared(ctx context.Context, pool *pgxpool.Pool, in readInput, minQueue, minAction int64) (dbState, covered, error) {
+// positions among the loops sharing it). With chatOnly it first reads the
+// chat row alone and returns it when nothing else needs reading.
+func readShared(ctx context.Context, pool *pgxpool.Pool, in readInput, minQueue, minAction int64, chatOnly bool) (dbState, covered, error) {
 	var out dbState
 	var cov covered
 	chatID := in.chatID
+	if chatOnly {
+		c, err := queries.New(pool).ChatGet(ctx, chatID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return out, cov, ErrChatNotFound
+		}
+		if err != nil {
+			return out, cov, fmt.Errorf("read chat %s: %w", chatID, err)
+		}
+		if c.HistoryVersion <= in.history && c.QueueVersion <= minQueue &&
+			(c.Status != queries.ChatStatusRequiresAction || c.HistoryVersion <= minAction) {
+			out.chat = c
+			return out, cov, nil
+		}
+	}
 	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return out, cov, fmt.Errorf("begin stream sync of chat %s: %w", chatID, err)

@@ -105,7 +105,9 @@ type flight struct {
 	started   bool
 	minQueue  int64
 	minAction int64
-	done      chan struct{}
+	// chatOnly: every joiner's hints say only the chat row moved.
+	chatOnly bool
+	done     chan struct{}
 	// Set before done is closed.
 	db       dbState
 	cov      covered
@@ -116,13 +118,13 @@ type flight struct {
 // read is the Sync's read for a loop at in. minSnapshot is the hinted
 // snapshot_version the result must reach, nil when the read must begin
 // after this call.
-func (r *Reads) read(ctx context.Context, in readInput, minSnapshot *int64) (dbState, error) {
+func (r *Reads) read(ctx context.Context, in readInput, minSnapshot *int64, chatOnly bool) (dbState, error) {
 	key := readKey{history: in.history, resumeInsideFull: in.resumeInsideFull}
 	// Each round either takes a read or starts one that this Sync can take
 	// (it started after the call and holds this loop's positions); the
 	// bound only guards against a round that raced with a newer read.
 	for round := 0; ; round++ {
-		f, own := r.join(in, key, minSnapshot, round > 1)
+		f, own := r.join(in, key, minSnapshot, round > 1, chatOnly)
 		select {
 		case <-f.done:
 		case <-ctx.Done():
@@ -148,7 +150,7 @@ func usable(f *flight, in readInput, minSnapshot *int64) bool {
 // join finds the read a Sync takes or starts one. own is true when the
 // flight returned is sure to serve the caller (it has not started and
 // takes the caller's positions).
-func (r *Reads) join(in readInput, key readKey, minSnapshot *int64, fresh bool) (f *flight, own bool) {
+func (r *Reads) join(in readInput, key readKey, minSnapshot *int64, fresh, chatOnly bool) (f *flight, own bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
@@ -158,6 +160,7 @@ func (r *Reads) join(in readInput, key readKey, minSnapshot *int64, fresh bool) 
 		if !f.started {
 			f.minQueue = min(f.minQueue, in.queue)
 			f.minAction = min(f.minAction, in.actionHistory)
+			f.chatOnly = f.chatOnly && chatOnly
 			return f, true
 		}
 		// In progress (the caller checks the snapshot it saw once done)
@@ -170,7 +173,7 @@ func (r *Reads) join(in readInput, key readKey, minSnapshot *int64, fresh bool) 
 		flights = map[readKey]*flight{}
 		r.chats[in.chatID] = flights
 	}
-	f = &flight{in: in, minQueue: in.queue, minAction: in.actionHistory, done: make(chan struct{})}
+	f = &flight{in: in, minQueue: in.queue, minAction: in.actionHistory, chatOnly: chatOnly, done: make(chan struct{})}
 	flights[key] = f
 	go r.run(f)
 	return f, true
@@ -204,10 +207,10 @@ func (r *Reads) run(f *flight) {
 	defer func() { <-r.sem }()
 	r.mu.Lock()
 	f.started = true
-	minQueue, minAction := f.minQueue, f.minAction
+	minQueue, minAction, chatOnly := f.minQueue, f.minAction, f.chatOnly
 	r.mu.Unlock()
 	r.transactions.Add(1)
-	f.db, f.cov, f.err = readShared(ctx, r.pool, f.in, minQueue, minAction)
+	f.db, f.cov, f.err = readShared(ctx, r.pool, f.in, minQueue, minAction, chatOnly)
 }
 
 // sweep drops reads finished longer than the TTL ago, at most once a TTL.

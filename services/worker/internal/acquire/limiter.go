@@ -44,10 +44,8 @@ func LockLimiter(ctx context.Context, q *queries.Queries, timeout time.Duration)
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	if err := q.ChatLimiterSetLockTimeout(ctx, fmt.Sprintf("%dms", timeout.Milliseconds())); err != nil {
-		return fmt.Errorf("error setting lock_timeout: %w", err)
-	}
-	if err := q.ChatLimiterLock(ctx, LimiterLockKey); err != nil {
+	err := q.ChatLimiterLock(ctx, queries.ChatLimiterLockParams{LockKey: LimiterLockKey, LockTimeout: fmt.Sprintf("%dms", timeout.Milliseconds())})
+	if err != nil {
 		return fmt.Errorf("error taking the limiter lock: %w", err)
 	}
 	return nil

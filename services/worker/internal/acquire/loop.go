@@ -23,6 +23,7 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 	"github.com/chatd/chatd/services/worker/internal/runner"
 )
 
@@ -188,6 +189,7 @@ func (l *Loop) waitForPass(ctx context.Context, tick <-chan time.Time) bool {
 // hint; one without a chat says a limiter slot was freed somewhere, which
 // calls for a full pass.
 func (l *Loop) notified(n *chatdv1.OwnershipNotification) {
+	timeline.Mark("worker.notified")
 	if notify.IsSlotFreed(n) {
 		l.Wake()
 		return

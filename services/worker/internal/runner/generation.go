@@ -20,6 +20,7 @@ import (
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/telemetry"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 	"github.com/chatd/chatd/services/worker/internal/agenttools"
 )
 
@@ -246,6 +247,7 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 	}
 	// Preparation's own work (model resolution, tool assembly and its
 	// mcp_connect) nests under prepare.
+	timeline.Mark("worker.prepare")
 	pctx, prepare := r.stages.Start(ctx, telemetry.StagePrepare)
 	model, cfg, err := r.openModel(pctx, p.chat)
 	var terminal *terminalError
@@ -287,6 +289,7 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 	ctx = telemetry.WithStageModel(ctx, sm)
 
 	ep := partbuf.Episode{ChatID: r.spec.ChatID, HistoryVersion: in.HistoryVersion, GenerationAttempt: p.chat.GenerationAttempt}
+	timeline.Mark("worker.model.call")
 	resp, callErr := r.stream(ctx, model, req, ep, p.turnDeadline)
 	switch {
 	case ctx.Err() != nil:
@@ -332,19 +335,15 @@ func (r *runner) retryAfter(ctx context.Context, in intent, n int64, callErr err
 // openModel resolves the chat's model config (its last model, else the
 // organization's default) and opens it.
 func (r *runner) openModel(ctx context.Context, chat queries.Chat) (llm.Model, modelconfig.ModelConfig, error) {
-	cfg, err := r.models.ResolveForChat(ctx, chat.OrganizationID, chat.LastModelConfigID)
+	// The config and its provider in one statement: this is on the way to
+	// the turn's first part.
+	models := r.models.Reader()
+	cfg, prov, err := models.ResolveWithProvider(ctx, chat.OrganizationID, chat.LastModelConfigID)
 	if err != nil && chat.LastModelConfigID != nil && errors.Is(err, modelconfig.ErrInvalid) {
 		r.log.Info("stored model config unavailable; using the organization default", slog.String("reason", err.Error()))
-		cfg, err = r.models.ResolveForChat(ctx, chat.OrganizationID, nil)
+		cfg, prov, err = models.ResolveWithProvider(ctx, chat.OrganizationID, nil)
 	}
 	if errors.Is(err, modelconfig.ErrNoDefaultModelConfig) {
-		return nil, cfg, &terminalError{msg: err.Error()}
-	}
-	if err != nil {
-		return nil, cfg, err
-	}
-	prov, err := r.models.GetProvider(ctx, cfg.ProviderID)
-	if errors.Is(err, modelconfig.ErrNotFound) {
 		return nil, cfg, &terminalError{msg: err.Error()}
 	}
 	if err != nil {
@@ -445,7 +444,10 @@ func (r *runner) bufferPart(ep partbuf.Episode, ev llm.Event) {
 	if err != nil {
 		return
 	}
-	_, _ = r.deps.Parts.AddPart(ep, string(chatstate.RoleAssistant), data)
+	seq, _ := r.deps.Parts.AddPart(ep, string(chatstate.RoleAssistant), data)
+	if seq == 1 {
+		timeline.Mark("worker.part1")
+	}
 }
 
 // usageJSON is the stored form of a response's usage.

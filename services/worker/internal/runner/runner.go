@@ -147,6 +147,30 @@ func (r *runner) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	l := &loop{
+		workerID: r.spec.WorkerID, runnerID: r.spec.RunnerID,
+		spawn:   func(id int64, in intent) *task { return r.spawn(ctx, id, in) },
+		cleanup: r.requestCleanup,
+	}
+	defer func() {
+		l.cancelAll()
+		r.wg.Wait()
+		r.turns.exit(r.clock.Now())
+	}()
+	first := r.spec.First
+	if first != nil {
+		// The Acquire bundle's snapshot starts the first step at once,
+		// before the subscription below: its round trip to NATS is on the
+		// way to the turn's first part. The fetch after subscribing still
+		// runs, beside the loop, so that an update committed before the
+		// subscription was live is not missed.
+		r.turns.setChatKind(telemetry.ChatKind(first.chat.ParentChatID != nil))
+		r.submit(EventFromChat(first.chat))
+		if ev, ok := r.take(); ok {
+			l.process(ev)
+		}
+	}
+
 	// Subscribe first, then fetch: no update after the fetch can be missed.
 	// NATS is only a hint: while it is down the subscription is retried
 	// in the background, the manager's database sync delivers the chat's
@@ -166,23 +190,7 @@ func (r *runner) Run(ctx context.Context) error {
 	})
 	defer kept.Stop()
 
-	l := &loop{
-		workerID: r.spec.WorkerID, runnerID: r.spec.RunnerID,
-		spawn:   func(id int64, in intent) *task { return r.spawn(ctx, id, in) },
-		cleanup: r.requestCleanup,
-	}
-	defer func() {
-		l.cancelAll()
-		r.wg.Wait()
-		r.turns.exit(r.clock.Now())
-	}()
-
-	if f := r.spec.First; f != nil {
-		// The Acquire bundle's snapshot starts the first step at once; the
-		// fetch after subscribing still runs, beside the loop, so that an
-		// update committed before the subscription was live is not missed.
-		r.turns.setChatKind(telemetry.ChatKind(f.chat.ParentChatID != nil))
-		r.submit(EventFromChat(f.chat))
+	if first != nil {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
