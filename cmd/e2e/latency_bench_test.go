@@ -52,7 +52,8 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	}
 	// Every process marks the turn's hops on one timeline file (and so
 	// does this benchmark, below): the per-hop breakdown at the end.
-	timelineFile := filepath.Join(b.TempDir(), "timeline")
+	// CHATD_BENCH_TIMELINE keeps the file (each run appends to it).
+	timelineFile := cmp.Or(os.Getenv("CHATD_BENCH_TIMELINE"), filepath.Join(b.TempDir(), "timeline"))
 	opts.Env = append(opts.Env, timeline.Env+"="+timelineFile)
 	marks, err := timeline.Open(timelineFile)
 	require.NoError(b, err)

@@ -281,6 +281,13 @@ func (tx *Tx) ActiveMessages(ctx context.Context) ([]queries.ChatMessage, error)
 	if err != nil {
 		return nil, fmt.Errorf("list messages of chat %s: %w", tx.chat.ID, err)
 	}
+	if !tx.openRead {
+		// The open tool calls follow from what was just read: a step
+		// decision asks for them next, and this spares it a round trip.
+		if open, ok := openToolCallsIn(msgs); ok {
+			tx.openCalls, tx.openRead = open, true
+		}
+	}
 	return msgs, nil
 }
 

@@ -20,14 +20,11 @@ func (tx *Tx) Acquire(ctx context.Context, workerID, runnerID uuid.UUID) error {
 	if err != nil {
 		return err
 	}
-	row, err := tx.q.ChatSetOwner(ctx, queries.ChatSetOwnerParams{ID: tx.chat.ID, WorkerID: &workerID, RunnerID: &runnerID})
+	row, err := tx.q.ChatSetOwnerWithHeartbeat(ctx, queries.ChatSetOwnerWithHeartbeatParams{ID: tx.chat.ID, WorkerID: workerID, RunnerID: runnerID})
 	if err != nil {
-		return fmt.Errorf("acquire chat %s: %w", tx.chat.ID, err)
+		return fmt.Errorf("acquire chat %s for runner %s: %w", tx.chat.ID, runnerID, err)
 	}
 	tx.setChat(row)
-	if err := tx.q.ChatHeartbeatInsert(ctx, queries.ChatHeartbeatInsertParams{ChatID: tx.chat.ID, RunnerID: runnerID}); err != nil {
-		return fmt.Errorf("insert heartbeat for chat %s runner %s: %w", tx.chat.ID, runnerID, err)
-	}
 	tx.freshRunner = &runnerID
 	return tx.land(ctx, Acquire, from, "")
 }

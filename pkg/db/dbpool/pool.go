@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.opentelemetry.io/otel/metric"
+
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // Options are what a service adds to the Settings for one pool.
@@ -60,6 +62,9 @@ func Config(connString string, s Settings, o Options) (*pgxpool.Config, error) {
 	var tracer pgx.QueryTracer = acquireDeadline{timeout: s.AcquireTimeout}
 	if o.Tracer != nil {
 		tracer = multitracer.New(tracer, o.Tracer)
+	}
+	if timeline.Enabled() {
+		tracer = multitracer.New(tracer, timelineQueries{})
 	}
 	cfg.ConnConfig.Tracer = tracer
 	return cfg, nil

@@ -26,21 +26,3 @@ func (q *Queries) ChatHeartbeatGet(ctx context.Context, arg ChatHeartbeatGetPara
 	err := row.Scan(&i.ChatID, &i.RunnerID, &i.HeartbeatAt)
 	return i, err
 }
-
-const chatHeartbeatInsert = `-- name: ChatHeartbeatInsert :exec
-INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at)
-VALUES ($1, $2, statement_timestamp())
-ON CONFLICT (chat_id, runner_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
-`
-
-type ChatHeartbeatInsertParams struct {
-	ChatID   uuid.UUID
-	RunnerID uuid.UUID
-}
-
-// Acquire's initial lease row, on Postgres's clock like every renewal and
-// lease check: a worker whose own clock is off writes no stale lease.
-func (q *Queries) ChatHeartbeatInsert(ctx context.Context, arg ChatHeartbeatInsertParams) error {
-	_, err := q.db.Exec(ctx, chatHeartbeatInsert, arg.ChatID, arg.RunnerID)
-	return err
-}

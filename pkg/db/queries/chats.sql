@@ -74,6 +74,17 @@ UPDATE chats SET archived = @archived, updated_at = @now WHERE id = @id RETURNIN
 -- name: ChatSetOwner :one
 UPDATE chats SET worker_id = @worker_id, runner_id = @runner_id WHERE id = @id RETURNING *;
 
+-- name: ChatSetOwnerWithHeartbeat :one
+-- Acquire's two writes in one round trip: the new owner, and its runner's
+-- initial lease row on Postgres's clock like every renewal and lease check
+-- (a worker whose own clock is off writes no stale lease).
+WITH lease AS (
+    INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at)
+    VALUES (@id, @runner_id::uuid, statement_timestamp())
+    ON CONFLICT (chat_id, runner_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+)
+UPDATE chats SET worker_id = @worker_id::uuid, runner_id = @runner_id::uuid WHERE id = @id RETURNING *;
+
 -- name: ChatIncrementGenerationAttempt :one
 UPDATE chats SET generation_attempt = generation_attempt + 1 WHERE id = @id RETURNING *;
 

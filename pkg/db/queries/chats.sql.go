@@ -776,6 +776,60 @@ func (q *Queries) ChatSetOwner(ctx context.Context, arg ChatSetOwnerParams) (Cha
 	return i, err
 }
 
+const chatSetOwnerWithHeartbeat = `-- name: ChatSetOwnerWithHeartbeat :one
+WITH lease AS (
+    INSERT INTO chat_heartbeats (chat_id, runner_id, heartbeat_at)
+    VALUES ($3, $2::uuid, statement_timestamp())
+    ON CONFLICT (chat_id, runner_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
+)
+UPDATE chats SET worker_id = $1::uuid, runner_id = $2::uuid WHERE id = $3 RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
+`
+
+type ChatSetOwnerWithHeartbeatParams struct {
+	WorkerID uuid.UUID
+	RunnerID uuid.UUID
+	ID       uuid.UUID
+}
+
+// Acquire's two writes in one round trip: the new owner, and its runner's
+// initial lease row on Postgres's clock like every renewal and lease check
+// (a worker whose own clock is off writes no stale lease).
+func (q *Queries) ChatSetOwnerWithHeartbeat(ctx context.Context, arg ChatSetOwnerWithHeartbeatParams) (Chat, error) {
+	row := q.db.QueryRow(ctx, chatSetOwnerWithHeartbeat, arg.WorkerID, arg.RunnerID, arg.ID)
+	var i Chat
+	err := row.Scan(
+		&i.ID,
+		&i.OrganizationID,
+		&i.OwnerID,
+		&i.ParentChatID,
+		&i.RootChatID,
+		&i.Title,
+		&i.TitleSource,
+		&i.TitleUpdatedAt,
+		&i.SystemPrompt,
+		&i.DynamicTools,
+		&i.LastModelConfigID,
+		&i.LastReasoningEffort,
+		&i.Status,
+		&i.Archived,
+		&i.WorkerID,
+		&i.RunnerID,
+		&i.LastError,
+		&i.RetryState,
+		&i.SnapshotVersion,
+		&i.HistoryVersion,
+		&i.QueueVersion,
+		&i.GenerationAttempt,
+		&i.RetryStateVersion,
+		&i.RequiresActionDeadlineAt,
+		&i.CompactionRequestedAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.ProjectID,
+	)
+	return i, err
+}
+
 const chatSetRetryState = `-- name: ChatSetRetryState :one
 UPDATE chats SET retry_state = $1 WHERE id = $2 RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
 `

@@ -20,6 +20,7 @@ import (
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/gen/openapi"
 	"github.com/chatd/chatd/pkg/httperror"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // APIPrefix is where the REST facade is mounted.
@@ -76,6 +77,7 @@ func NewGateway(ctx context.Context, conn *grpc.ClientConn, maxBody int64) (http
 // limitBody answers 413 for bodies over max.
 func limitBody(next http.Handler, max int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		timeline.Mark("api.http")
 		if r.ContentLength > max {
 			writeJSONError(w, http.StatusRequestEntityTooLarge, codes.ResourceExhausted, ReasonPayloadTooLarge,
 				fmt.Sprintf("the request body is %d bytes; the limit is %d bytes", r.ContentLength, max))

@@ -15,6 +15,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
@@ -96,6 +97,7 @@ var busyStates = map[chatstate.State]bool{
 
 // SendMessage applies SendMessage(m, busy_behavior).
 func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageRequest) (*chatdv1.SendMessageResponse, error) {
+	timeline.Mark("api.send")
 	c, err := s.caller(ctx)
 	if err != nil {
 		return nil, err

@@ -103,7 +103,7 @@ func (r *runner) planManualCompaction(ctx context.Context, tx *chatstate.Tx, msg
 	if tx.Chat().CompactionRequestedAt == nil || !compaction.Analyze(msgs).Compactable {
 		return false, nil
 	}
-	triggers, override, err := r.compactionTriggers(ctx, tx)
+	triggers, override, err := r.compactionTriggers(ctx, tx, p)
 	if err != nil {
 		return false, err
 	}
@@ -121,7 +121,7 @@ func (r *runner) planAutoCompaction(ctx context.Context, tx *chatstate.Tx, msgs 
 	if !h.HasLatestUsage {
 		return false, nil // nothing answered since the boundary: no usage to judge
 	}
-	triggers, override, err := r.compactionTriggers(ctx, tx)
+	triggers, override, err := r.compactionTriggers(ctx, tx, p)
 	if err != nil {
 		return false, err
 	}
@@ -163,14 +163,15 @@ func (r *runner) planCompaction(ctx context.Context, tx *chatstate.Tx, msgs []qu
 // bundle's transaction: a read through the pool would hold the bundle's
 // connection while waiting for a second one, and enough runners doing so
 // at once take every connection and wedge the worker.
-func (r *runner) compactionTriggers(ctx context.Context, tx *chatstate.Tx) (compaction.Triggers, *modelconfig.ResolvedOverride, error) {
+//
+// The chat model it resolved rides on p (plan.model): the model call it
+// precedes opens that model without reading the config again.
+func (r *runner) compactionTriggers(ctx context.Context, tx *chatstate.Tx, p *plan) (compaction.Triggers, *modelconfig.ResolvedOverride, error) {
 	var in compaction.Inputs
 	chat, models := tx.Chat(), modelconfig.NewReader(tx.Queries())
-	cfg, err := models.ResolveForChat(ctx, chat.OrganizationID, chat.LastModelConfigID)
-	if err != nil && chat.LastModelConfigID != nil && errors.Is(err, modelconfig.ErrInvalid) {
-		cfg, err = models.ResolveForChat(ctx, chat.OrganizationID, nil)
-	}
+	cfg, prov, err := r.resolveChatModel(ctx, models, chat)
 	if err == nil {
+		p.model = &chatModel{cfg: cfg, provider: prov}
 		in.ChatContextLimit, in.ChatThreshold = cfg.ContextLimit, cfg.CompressionThreshold
 		personal, ok, err := models.UserCompactionThreshold(ctx, chat.OwnerID, cfg.ID)
 		if err != nil {
@@ -231,7 +232,7 @@ func (r *runner) compact(ctx context.Context, in intent, p plan) (again bool, er
 		}
 	} else {
 		var terminal *terminalError
-		model, _, err = r.openModel(ctx, p.chat)
+		model, _, err = r.openModel(ctx, p)
 		if errors.As(err, &terminal) {
 			return false, r.finishError(ctx, in, terminal.msg)
 		}

@@ -60,6 +60,9 @@ type plan struct {
 	action   string
 	trigger  time.Time
 	queuedAt *time.Time
+	// model is the chat model when the bundle already resolved it
+	// (compactionTriggers); nil: openModel reads it.
+	model *chatModel
 	// compaction is set when the model call is a compaction's summary
 	// (compaction.go).
 	compaction *compactionPlan
@@ -151,6 +154,7 @@ func stageError(ctx context.Context, err error) error {
 // than scopeAny lets it apply only some of these (bundle.go): for any
 // other step it changes nothing and leaves p.kind planDeferred.
 func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scope stepScope) error {
+	p.model = nil // a retried bundle resolves it again
 	msgs, err := tx.ActiveMessages(ctx)
 	if err != nil {
 		return err
@@ -249,7 +253,7 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 	// mcp_connect) nests under prepare.
 	timeline.Mark("worker.prepare")
 	pctx, prepare := r.stages.Start(ctx, telemetry.StagePrepare)
-	model, cfg, err := r.openModel(pctx, p.chat)
+	model, cfg, err := r.openModel(pctx, p)
 	var terminal *terminalError
 	if errors.As(err, &terminal) {
 		prepare.End(err)
@@ -334,26 +338,47 @@ func (r *runner) retryAfter(ctx context.Context, in intent, n int64, callErr err
 
 // openModel resolves the chat's model config (its last model, else the
 // organization's default) and opens it.
-func (r *runner) openModel(ctx context.Context, chat queries.Chat) (llm.Model, modelconfig.ModelConfig, error) {
-	// The config and its provider in one statement: this is on the way to
-	// the turn's first part.
-	models := r.models.Reader()
-	cfg, prov, err := models.ResolveWithProvider(ctx, chat.OrganizationID, chat.LastModelConfigID)
-	if err != nil && chat.LastModelConfigID != nil && errors.Is(err, modelconfig.ErrInvalid) {
-		r.log.Info("stored model config unavailable; using the organization default", slog.String("reason", err.Error()))
-		cfg, prov, err = models.ResolveWithProvider(ctx, chat.OrganizationID, nil)
-	}
-	if errors.Is(err, modelconfig.ErrNoDefaultModelConfig) {
-		return nil, cfg, &terminalError{msg: err.Error()}
-	}
-	if err != nil {
-		return nil, cfg, err
+func (r *runner) openModel(ctx context.Context, p plan) (llm.Model, modelconfig.ModelConfig, error) {
+	var cfg modelconfig.ModelConfig
+	var prov modelconfig.Provider
+	if p.model != nil {
+		// Resolved in the step's bundle (compactionTriggers): this is on
+		// the way to the turn's first part, and a second read would find
+		// the same row.
+		cfg, prov = p.model.cfg, p.model.provider
+	} else {
+		var err error
+		cfg, prov, err = r.resolveChatModel(ctx, r.models.Reader(), p.chat)
+		if errors.Is(err, modelconfig.ErrNoDefaultModelConfig) {
+			return nil, cfg, &terminalError{msg: err.Error()}
+		}
+		if err != nil {
+			return nil, cfg, err
+		}
 	}
 	model, err := r.open(prov, cfg)
 	if err != nil {
 		return nil, cfg, &terminalError{msg: err.Error()}
 	}
 	return model, cfg, nil
+}
+
+// chatModel is a resolved chat model: its config and its provider.
+type chatModel struct {
+	cfg      modelconfig.ModelConfig
+	provider modelconfig.Provider
+}
+
+// resolveChatModel resolves the model config chat runs on, config and
+// provider in one statement, with the spec's fallback: a stored config
+// that became unusable gives way to the organization's default.
+func (r *runner) resolveChatModel(ctx context.Context, models modelconfig.Reader, chat queries.Chat) (modelconfig.ModelConfig, modelconfig.Provider, error) {
+	cfg, prov, err := models.ResolveWithProvider(ctx, chat.OrganizationID, chat.LastModelConfigID)
+	if err != nil && chat.LastModelConfigID != nil && errors.Is(err, modelconfig.ErrInvalid) {
+		r.log.Info("stored model config unavailable; using the organization default", slog.String("reason", err.Error()))
+		cfg, prov, err = models.ResolveWithProvider(ctx, chat.OrganizationID, nil)
+	}
+	return cfg, prov, err
 }
 
 // open builds the model of cfg (Deps.OpenModel, else llm.Open).

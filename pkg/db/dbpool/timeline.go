@@ -1,0 +1,34 @@
+package dbpool
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
+)
+
+// timelineQueries marks each query's start on the latency benchmarks'
+// timeline (CHATD_TIMELINE) as "sql <application name> <name>", the sqlc query name, so a
+// turn's breakdown shows every round trip. It is installed only when the
+// timeline is on.
+type timelineQueries struct{}
+
+func (timelineQueries) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	timeline.Mark("sql " + conn.Config().RuntimeParams["application_name"] + " " + queryName(data.SQL))
+	return ctx
+}
+
+func (timelineQueries) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// queryName is the name sqlc writes on a query's first line ("-- name:
+// ChatGet :one"), else the statement's first word.
+func queryName(sql string) string {
+	if rest, ok := strings.CutPrefix(sql, "-- name: "); ok {
+		name, _, _ := strings.Cut(rest, " ")
+		return name
+	}
+	word, _, _ := strings.Cut(strings.TrimSpace(sql), " ")
+	return word
+}
