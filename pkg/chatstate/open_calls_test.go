@@ -52,7 +52,9 @@ func TestOpenToolCallsFromHistoryMatchTheQuery(t *testing.T) {
 	// message; compared after each step.
 	id := h.reach(chatstate.R0, 1, true)
 	call := func(id, tool string) chatmsg.Part { return chatmsg.ToolCall(id, tool, json.RawMessage(`{}`)) }
-	result := func(id, tool string) chatmsg.Part { return chatmsg.ToolResult(id, tool, json.RawMessage(`"ok"`), false) }
+	result := func(id, tool string) chatmsg.Part {
+		return chatmsg.ToolResult(id, tool, json.RawMessage(`"ok"`), false)
+	}
 	steps := []chatstate.Step{
 		{Messages: []chatstate.NewMessage{
 			{Role: chatstate.RoleAssistant, Content: chatmsg.Content{chatmsg.Text("let me look"), call("a", "search"), call("b", "read"), call("c", "search")}},
