@@ -38,7 +38,10 @@ import (
 // runs on one host, so Postgres's clock and the benchmark's agree; the
 // database is a private cluster with fsync on. Run it
 // with a fixed count, e.g. -benchtime=200x. CHATD_BENCH_STAGES=0 turns the
-// worker's stage metrics off.
+// worker's stage metrics off. Every process also marks the turn's hops on
+// a timeline (pkg/telemetry/timeline), printed as each hop's p50 from the
+// POST's start; CHATD_BENCH_QUERIES=1 adds every query's start to it, and
+// CHATD_BENCH_TIMELINE=<file> keeps the raw timeline.
 func BenchmarkSendToFirstPart(b *testing.B) {
 	stages := os.Getenv("CHATD_BENCH_STAGES") != "0"
 	// A private cluster with fsync on: what production runs, and no other
@@ -55,6 +58,10 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	// CHATD_BENCH_TIMELINE keeps the file (each run appends to it).
 	timelineFile := cmp.Or(os.Getenv("CHATD_BENCH_TIMELINE"), filepath.Join(b.TempDir(), "timeline"))
 	opts.Env = append(opts.Env, timeline.Env+"="+timelineFile)
+	if os.Getenv("CHATD_BENCH_QUERIES") == "1" {
+		// Every query's start as well (sql <service> <name>).
+		opts.Env = append(opts.Env, timeline.QueriesEnv+"=1")
+	}
 	marks, err := timeline.Open(timelineFile)
 	require.NoError(b, err)
 	defer marks.Close()

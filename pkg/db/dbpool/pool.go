@@ -63,7 +63,7 @@ func Config(connString string, s Settings, o Options) (*pgxpool.Config, error) {
 	if o.Tracer != nil {
 		tracer = multitracer.New(tracer, o.Tracer)
 	}
-	if timeline.Enabled() {
+	if timeline.QueriesEnabled() {
 		tracer = multitracer.New(tracer, timelineQueries{})
 	}
 	cfg.ConnConfig.Tracer = tracer

@@ -11,8 +11,8 @@ import (
 
 // timelineQueries marks each query's start on the latency benchmarks'
 // timeline (CHATD_TIMELINE) as "sql <application name> <name>", the sqlc query name, so a
-// turn's breakdown shows every round trip. It is installed only when the
-// timeline is on.
+// turn's breakdown shows every round trip. It is installed only when
+// CHATD_TIMELINE_QUERIES asks for it.
 type timelineQueries struct{}
 
 func (timelineQueries) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {

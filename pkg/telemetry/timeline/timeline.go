@@ -20,6 +20,11 @@ import (
 // Env names the file the marks go to.
 const Env = "CHATD_TIMELINE"
 
+// QueriesEnv, set to 1 beside Env, also marks every database query's start
+// (pkg/db/dbpool): each one is a write to the file, so it is off unless
+// asked for.
+const QueriesEnv = "CHATD_TIMELINE_QUERIES"
+
 // Recorder appends marks to one timeline file.
 type Recorder struct {
 	mu   sync.Mutex
@@ -74,6 +79,11 @@ func openFromEnv() {
 func Enabled() bool {
 	once.Do(openFromEnv)
 	return on.Load()
+}
+
+// QueriesEnabled reports whether database queries are marked too.
+func QueriesEnabled() bool {
+	return Enabled() && os.Getenv(QueriesEnv) == "1"
 }
 
 // Mark records event now on the file CHATD_TIMELINE names, if any.

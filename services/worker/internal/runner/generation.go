@@ -263,7 +263,9 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 		prepare.End(stageError(ctx, err))
 		return false, err
 	}
+	timeline.Mark("worker.prepare.model")
 	tb, err := r.toolbox(pctx, p.chat)
+	timeline.Mark("worker.prepare.toolbox")
 	if err != nil {
 		prepare.End(stageError(ctx, err))
 		return false, err
@@ -273,6 +275,7 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 		prepare.End(err)
 		return false, r.finishError(ctx, in, err.Error())
 	}
+	timeline.Mark("worker.prepare.request")
 	// Attachments: evicted files become placeholders (user uploads) or go
 	// (assistant and tool files); the rest load from the chat's files.
 	if req.Messages, err = chatfiles.PreparePrompt(ctx, queries.New(r.deps.Pool), p.chat.ID, req.Messages); err != nil {
