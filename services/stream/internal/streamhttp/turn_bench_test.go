@@ -299,7 +299,10 @@ func (e *turnEnv) turn(b *testing.B, sinks [][]*sink, parts int64, rate float64)
 }
 
 // publishEpisode waits until the hub asked f for ep (the relay streams an
-// episode once a stream replica selects it), then sends its parts at rate.
+// episode once a stream replica selects it), then sends its parts: the
+// first at once, the rest at rate. post_to_first is then the fan-out's own
+// time (commit, chat:update, every loop's Sync and selection, delivery),
+// with no model pacing in it.
 func publishEpisode(f *feeder, ep streamloop.Episode, parts int64, rate float64) {
 	deadline := time.After(5 * time.Minute)
 	for {
@@ -315,7 +318,9 @@ func publishEpisode(f *feeder, ep streamloop.Episode, parts int64, rate float64)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 	defer tick.Stop()
 	for seq := int64(1); seq <= parts; seq++ {
-		<-tick.C
+		if seq > 1 {
+			<-tick.C // the first part goes at once: no model pace before it
+		}
 		f.ch <- streamloop.LivePart{HistoryVersion: ep.HistoryVersion, GenerationAttempt: ep.GenerationAttempt,
 			Seq: seq, Role: "assistant", Data: fmt.Sprintf(`{"type":"text","text":"@%d@"}`, time.Now().UnixNano())}
 	}

@@ -9,6 +9,7 @@ import (
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
 // updateHub shares one chat:update subscription per chat among the
@@ -23,6 +24,11 @@ type updateHub struct {
 
 // chatUpdates is one chat's shared subscription.
 type chatUpdates struct {
+	chatID uuid.UUID
+	// reads, when set, is the replica's shared reads: a notification
+	// starts the watchers' read before it wakes them (deliver).
+	reads *streamloop.Reads
+
 	// ready is closed once the subscription is in place (notify.Keep
 	// returned): a connection joining before then waits, so that its first
 	// Sync still comes after its subscription.
@@ -43,7 +49,7 @@ func (h *updateHub) join(s *Server, chatID uuid.UUID, c *conn) (leave func()) {
 	cu := h.chats[chatID]
 	first := cu == nil
 	if first {
-		cu = &chatUpdates{ready: make(chan struct{}), conns: map[*conn]struct{}{}}
+		cu = &chatUpdates{chatID: chatID, reads: s.Reads, ready: make(chan struct{}), conns: map[*conn]struct{}{}}
 		h.chats[chatID] = cu
 	}
 	cu.mu.Lock()
@@ -84,8 +90,21 @@ func (h *updateHub) leave(chatID uuid.UUID, cu *chatUpdates, c *conn) {
 
 // deliver hands a notification to every connection of the chat; each
 // takes it without blocking (conn.notified).
+//
+// With shared reads and more than one connection, the read they will all
+// ask for is started, and awaited for at most DefaultPrefetchWait, first
+// (Reads.Prefetch): the one read then runs before thousands of loops
+// compete with it for the replica's CPU.
 func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 	timeline.Mark("stream.notified")
+	if cu.reads != nil {
+		cu.mu.Lock()
+		many := len(cu.conns) > 1
+		cu.mu.Unlock()
+		if many {
+			cu.reads.Prefetch(cu.chatID, HintsFromNotification(n), streamloop.DefaultPrefetchWait)
+		}
+	}
 	cu.mu.Lock()
 	defer cu.mu.Unlock()
 	for c := range cu.conns {
