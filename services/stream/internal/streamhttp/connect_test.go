@@ -157,6 +157,9 @@ func TestPartsFlowWhileReadsBlocked(t *testing.T) {
 		hv, ga = tx.Chat().HistoryVersion, tx.Chat().GenerationAttempt
 		return nil
 	})
+	// Two watchers: a notification then starts their shared read before
+	// waking them (Reads.Prefetch), and that wait must not hold parts up
+	// either.
 	c := e.connect(id, "")
 	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"}, summaries(c.next(t, 3)))
 	select {
@@ -164,6 +167,8 @@ func TestPartsFlowWhileReadsBlocked(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream never selected the episode")
 	}
+	c2 := e.connect(id, "")
+	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"}, summaries(c2.next(t, 3)))
 	r.mu.Lock()
 	require.Len(t, r.feeders, 1)
 	up := r.feeders[0]
@@ -175,6 +180,7 @@ func TestPartsFlowWhileReadsBlocked(t *testing.T) {
 	}
 	push("a")
 	require.Equal(t, []string{"a"}, partTexts(t, c, 1))
+	require.Equal(t, []string{"a"}, partTexts(t, c2, 1))
 
 	// Hold every connection of the stream's pool, then change the chat.
 	held := make([]*pgxpool.Conn, 0, 2)
@@ -190,14 +196,17 @@ func TestPartsFlowWhileReadsBlocked(t *testing.T) {
 	push("b")
 	push("c")
 	require.Equal(t, []string{"b", "c"}, partTexts(t, c, 2), "parts flow while the read waits for the pool")
+	require.Equal(t, []string{"b", "c"}, partTexts(t, c2, 2), "parts flow to every watcher while the read waits")
 	require.EqualValues(t, 2, small.Stat().AcquiredConns(), "the read is still waiting")
 
 	for _, conn := range held {
 		conn.Release()
 	}
 	require.Equal(t, []string{"queue_update"}, summaries(c.next(t, 1)))
+	require.Equal(t, []string{"queue_update"}, summaries(c2.next(t, 1)))
 	push("d")
 	require.Equal(t, []string{"d"}, partTexts(t, c, 1))
+	require.Equal(t, []string{"d"}, partTexts(t, c2, 1))
 }
 
 // partTexts reads the next n events, which must be message_parts, and

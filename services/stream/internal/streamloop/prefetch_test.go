@@ -1,0 +1,61 @@
+package streamloop_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
+)
+
+// TestPrefetchServesTheNextSync: the read a notification starts before
+// waking the loops (Reads.Prefetch) is the one their Syncs take, through
+// every kind of step, and each loop still emits exactly what a loop
+// reading alone emits; loops elsewhere (resumed far behind) find the guess
+// does not fit and read for themselves, with the same exact events.
+func TestPrefetchServesTheNextSync(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.create()
+	reads := streamloop.NewReads(h.pool, streamloop.ReadsOptions{MaxConcurrent: 2})
+	g := newSharedGroup(h, id, reads, 16, nil)
+	boot := g.run(t, nil)
+	early := boot[len(boot)-1].Cursor
+
+	// Without a newer hint than the last shared read, nothing is read.
+	before := reads.Transactions()
+	reads.Prefetch(id, *hintsOf(h.chat(id)), time.Minute)
+	require.Equal(t, before, reads.Transactions())
+
+	worker := uuid.New()
+	steps := []struct {
+		name string
+		do   func() queries.Chat
+	}{
+		{"queue a message", func() queries.Chat { return h.send(id, "queued") }},
+		{"acquire", func() queries.Chat { return h.acquire(id, worker) }},
+		{"generation attempt", func() queries.Chat { return h.attempt(id) }},
+		{"commit a step", func() queries.Chat { return h.commitStep(id, "partial") }},
+		{"requires action", func() queries.Chat { return h.requireAction(id) }},
+		{"edit: full refresh", func() queries.Chat { return h.editFirstUser(id, "edited") }},
+		{"finish and promote", func() queries.Chat { return h.commitAndFinish(id, "answer") }},
+		{"error", func() queries.Chat { return h.finishError(id) }},
+	}
+	for _, s := range steps {
+		hints := hintsOf(s.do())
+		before := reads.Transactions()
+		reads.Prefetch(id, *hints, time.Minute)
+		require.Equal(t, int64(1), reads.Transactions()-before, "%s: the prefetch reads", s.name)
+		g.run(t, hints)
+		require.Equal(t, int64(1), reads.Transactions()-before, "%s: the loops take the prefetched read", s.name)
+	}
+
+	behind := newSharedGroup(h, id, reads, 4, &early)
+	hints := hintsOf(h.send(id, "one more"))
+	reads.Prefetch(id, *hints, time.Minute)
+	evs := behind.run(t, hints)
+	require.Contains(t, types(evs), streamloop.TypeHistoryReset)
+}
