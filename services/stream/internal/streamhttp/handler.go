@@ -495,10 +495,21 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 		case h := <-hintsC:
 			if c.overflow.Swap(false) {
 				startRead(c.loop.PrepareBootstrap())
-			} else {
-				syncWith(h)
+				continue
 			}
-			continue
+			r, ok := c.loop.PrepareSync(h)
+			if !ok {
+				continue
+			}
+			// A read the notification prefetched is applied here and
+			// now: thousands of watchers of one chat then cost no
+			// goroutine and no wait each.
+			f, ready := r.Ready()
+			if !ready {
+				startRead(r)
+				continue
+			}
+			evs, err = c.loop.Finish(ctx, f)
 		case h := <-polledC:
 			syncWith(h)
 			continue

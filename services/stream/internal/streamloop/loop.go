@@ -321,6 +321,21 @@ func (r *PendingRead) Do(ctx context.Context) (Fetched, error) {
 	return Fetched{r: r, db: db}, err
 }
 
+// Ready returns the read's result at once when a shared read that already
+// finished serves it (one a notification prefetched, Reads.Prefetch):
+// the caller applies it with Finish without a goroutine or a wait. ok is
+// false when the read must be done (Do).
+func (r *PendingRead) Ready() (f Fetched, ok bool) {
+	if r.l.reads == nil || r.h == nil {
+		return Fetched{}, false
+	}
+	db, ok := r.l.reads.ready(r.in, r.h.SnapshotVersion)
+	if !ok {
+		return Fetched{}, false
+	}
+	return Fetched{r: r, db: db}, true
+}
+
 // Finish applies a completed read: the rest of the Sync (or Bootstrap) it
 // was prepared for. Like Sync it is all or nothing.
 func (l *Loop) Finish(ctx context.Context, f Fetched) ([]Event, error) {

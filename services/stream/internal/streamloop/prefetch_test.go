@@ -53,8 +53,31 @@ func TestPrefetchServesTheNextSync(t *testing.T) {
 		require.Equal(t, int64(1), reads.Transactions()-before, "%s: the loops take the prefetched read", s.name)
 	}
 
+	// A loop takes a prefetched read at once (Ready), with no read of its
+	// own and exactly the events of a loop reading alone; before the
+	// prefetch there is nothing ready.
+	hints := hintsOf(h.send(id, "ready"))
+	pending, ok := g.shared[0].PrepareSync(*hints)
+	require.True(t, ok)
+	_, ready := pending.Ready()
+	require.False(t, ready, "nothing is ready before the prefetch")
+	reads.Prefetch(id, *hints, time.Minute)
+	want, err := g.private.Sync(h.ctx, *hints)
+	require.NoError(t, err)
+	before = reads.Transactions()
+	for i, l := range g.shared {
+		pending, ok := l.PrepareSync(*hints)
+		require.True(t, ok)
+		f, ready := pending.Ready()
+		require.True(t, ready, "loop %d", i)
+		got, err := l.Finish(h.ctx, f)
+		require.NoError(t, err)
+		require.Equal(t, exact(t, want), exact(t, got), "loop %d", i)
+	}
+	require.Equal(t, before, reads.Transactions())
+
 	behind := newSharedGroup(h, id, reads, 4, &early)
-	hints := hintsOf(h.send(id, "one more"))
+	hints = hintsOf(h.send(id, "one more"))
 	reads.Prefetch(id, *hints, time.Minute)
 	evs := behind.run(t, hints)
 	require.Contains(t, types(evs), streamloop.TypeHistoryReset)

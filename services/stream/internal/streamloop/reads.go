@@ -142,6 +142,23 @@ func (r *Reads) read(ctx context.Context, in readInput, minSnapshot *int64, chat
 	}
 }
 
+// ready is read's result when a finished read serves the caller already
+// (a prefetched one, typically), without waiting or starting one; ok is
+// false otherwise.
+func (r *Reads) ready(in readInput, minSnapshot *int64) (dbState, bool) {
+	if minSnapshot == nil {
+		return dbState{}, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.chats[in.chatID][readKey{history: in.history, resumeInsideFull: in.resumeInsideFull}]
+	if f == nil || !isDone(f) || f.err != nil || !usable(f, in, minSnapshot) {
+		return dbState{}, false
+	}
+	r.shared.Add(1)
+	return f.db, true
+}
+
 // usable reports whether finished flight f serves a loop at in.
 func usable(f *flight, in readInput, minSnapshot *int64) bool {
 	return minSnapshot != nil && f.db.chat.SnapshotVersion >= *minSnapshot && f.cov.covers(f.db, in)
