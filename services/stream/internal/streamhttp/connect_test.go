@@ -145,6 +145,7 @@ func TestPartsFlowWhileReadsBlocked(t *testing.T) {
 		t.Cleanup(small.Close)
 		reads = streamloop.NewReads(small, streamloop.ReadsOptions{MaxConcurrent: 1})
 		s.Pool, s.Reads, s.Parts = small, reads, r.newWatcher
+		s.PrefetchWatchers = 2
 	})
 	id := e.create()
 	worker := uuid.New()

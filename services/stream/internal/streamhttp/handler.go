@@ -74,6 +74,13 @@ type Server struct {
 	// watchers of a chat at one position share one read per snapshot, and
 	// at most its bound of reads run at once. Nil: each loop reads alone.
 	Reads *streamloop.Reads
+	// PrefetchWatchers is how many watchers of a chat on this replica
+	// make a chat:update start their shared read before waking them
+	// (Reads.Prefetch): with thousands, the one read then runs before the
+	// loops crowd it out of the CPU. Below it the loops' own Syncs share
+	// the read, as they do without the stampede. Default
+	// DefaultPrefetchWatchers.
+	PrefetchWatchers int
 	// MaxStreamsPerUser caps the streams one user holds open on this
 	// replica at once; beyond it a stream is refused with 429
 	// (ReasonTooManyStreams) and Retry-After. 0 is no cap.

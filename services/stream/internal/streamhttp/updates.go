@@ -1,6 +1,7 @@
 package streamhttp
 
 import (
+	"cmp"
 	"sync"
 
 	"github.com/google/uuid"
@@ -11,6 +12,9 @@ import (
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
+
+// DefaultPrefetchWatchers is Server.PrefetchWatchers's default.
+const DefaultPrefetchWatchers = 16
 
 // updateHub shares one chat:update subscription per chat among the
 // replica's connections to it: a chat with thousands of watchers costs one
@@ -28,6 +32,8 @@ type chatUpdates struct {
 	// reads, when set, is the replica's shared reads: a notification
 	// starts the watchers' read before it wakes them (deliver).
 	reads *streamloop.Reads
+	// prefetchAt is how many connections make deliver prefetch.
+	prefetchAt int
 
 	// ready is closed once the subscription is in place (notify.Keep
 	// returned): a connection joining before then waits, so that its first
@@ -49,7 +55,7 @@ func (h *updateHub) join(s *Server, chatID uuid.UUID, c *conn) (leave func()) {
 	cu := h.chats[chatID]
 	first := cu == nil
 	if first {
-		cu = &chatUpdates{chatID: chatID, reads: s.Reads, ready: make(chan struct{}), conns: map[*conn]struct{}{}}
+		cu = &chatUpdates{chatID: chatID, reads: s.Reads, prefetchAt: cmp.Or(s.PrefetchWatchers, DefaultPrefetchWatchers), ready: make(chan struct{}), conns: map[*conn]struct{}{}}
 		h.chats[chatID] = cu
 	}
 	cu.mu.Lock()
@@ -91,15 +97,15 @@ func (h *updateHub) leave(chatID uuid.UUID, cu *chatUpdates, c *conn) {
 // deliver hands a notification to every connection of the chat; each
 // takes it without blocking (conn.notified).
 //
-// With shared reads and more than one connection, the read they will all
-// ask for is started, and awaited for at most DefaultPrefetchWait, first
+// With shared reads and Server.PrefetchWatchers connections or more, the
+// read they will all ask for is started, and awaited for at most DefaultPrefetchWait, first
 // (Reads.Prefetch): the one read then runs before thousands of loops
 // compete with it for the replica's CPU.
 func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 	timeline.Mark("stream.notified")
 	if cu.reads != nil {
 		cu.mu.Lock()
-		many := len(cu.conns) > 1
+		many := len(cu.conns) >= cu.prefetchAt
 		cu.mu.Unlock()
 		if many {
 			cu.reads.Prefetch(cu.chatID, HintsFromNotification(n), streamloop.DefaultPrefetchWait)
