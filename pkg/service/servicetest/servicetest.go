@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -106,6 +107,27 @@ func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 		}
 	})
 	return p
+}
+
+// CPU is the process's user and system CPU time so far, from
+// /proc/<pid>/stat (Linux only; 0 elsewhere or once it has exited): what
+// the benchmarks divide by the work done.
+func (p *Process) CPU() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The fields after the command's ")" (which may hold spaces): state is
+	// the first, utime and stime the 12th and 13th, in clock ticks (100/s
+	// on Linux).
+	_, rest, ok := strings.Cut(string(b), ") ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100)
 }
 
 // Stderr returns what the process wrote to standard error so far.

@@ -391,6 +391,26 @@ func (c *conn) notified(n *chatdv1.ChatUpdateNotification) {
 	}
 }
 
+// newestHint is h or, when more notifications queued up behind it while
+// the loop was busy (thousands of watchers of one chat each take their
+// turn on the CPU), the one of the newest snapshot: a Sync reads the
+// committed state at or past the snapshot its hint names, so one Sync to
+// the newest does what one per notification would, in one pass. They are
+// compared by snapshot_version, not arrival: notifications of commits
+// from different processes may arrive out of order.
+func (c *conn) newestHint(h streamloop.Hints) streamloop.Hints {
+	for {
+		select {
+		case next := <-c.hints:
+			if next.SnapshotVersion == nil || h.SnapshotVersion == nil || *next.SnapshotVersion > *h.SnapshotVersion {
+				h = next
+			}
+		default:
+			return h
+		}
+	}
+}
+
 // HintsFromNotification converts a chat:update payload (all fields present;
 // worker_id tri-state: unset = null worker).
 func HintsFromNotification(n *chatdv1.ChatUpdateNotification) streamloop.Hints {
@@ -500,6 +520,7 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 			}
 			continue
 		case h := <-hintsC:
+			h = c.newestHint(h)
 			if c.overflow.Swap(false) {
 				startRead(c.loop.PrepareBootstrap())
 				continue
