@@ -158,7 +158,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	// and a burst of reads queues for a bounded share of the pool.
 	reads := streamloop.NewReads(pool, streamloop.ReadsOptions{MaxConcurrent: cfg.syncReads(int(pool.Config().MaxConns))})
 	srv := &streamhttp.Server{Pool: pool, NATS: nc, Verifier: verifier, Log: log, Poller: poller, Done: ctx.Done(),
-		Parts: hub.Parts, WriteTimeout: cfg.WriteTimeout, Reads: reads,
+		Parts: hub.Parts, Anticipate: hub.Anticipate, WriteTimeout: cfg.WriteTimeout, Reads: reads,
 		MaxStreamsPerUser: cfg.MaxStreamsPerUser, ConnectCacheTTL: cfg.ConnectCacheTTL}
 	if err := telemetry.ObserveGauge(tel.MeterProvider, telemetry.MetricStreamWatchers,
 		"Chat streams (SSE and WebSocket connections) this replica serves.", srv.Watchers); err != nil {

@@ -295,6 +295,23 @@ func (u *upstream) selectEpisode(ctx context.Context, ep episode) {
 	u.src.Configure(ctx, streamloop.Episode{WorkerID: &w, HistoryVersion: ep.hv, GenerationAttempt: ep.ga})
 }
 
+// Anticipate makes chatID's upstream of ep's worker follow ep now, before
+// any subscriber has selected it, and holds it open until release is
+// called. A replica that hears from a notification that a chat with many
+// watchers started an episode asks the relay for it at once, while its
+// loops are still busy telling their clients about the commit: the parts
+// are in the log when the loops get to them. A nil worker or an older
+// episode than the upstream follows changes nothing but the hold.
+func (h *Hub) Anticipate(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) (release func()) {
+	if ep.WorkerID == nil {
+		return func() {}
+	}
+	u := h.acquire(key{chat: chatID, worker: *ep.WorkerID})
+	u.selectEpisode(ctx, episode{ep.HistoryVersion, ep.GenerationAttempt})
+	var once sync.Once
+	return func() { once.Do(func() { h.release(u) }) }
+}
+
 // readyNow is a channel that is always ready.
 var readyNow = func() chan struct{} {
 	c := make(chan struct{})

@@ -81,6 +81,12 @@ type Server struct {
 	// the read, as they do without the stampede. Default
 	// DefaultPrefetchWatchers.
 	PrefetchWatchers int
+	// Anticipate, when set, is the part hub's Anticipate: a chat:update
+	// of a chat with PrefetchWatchers watchers or more that names a
+	// running episode asks the chat's upstream for it at once, before the
+	// loops select it; the hold is released at the chat's next
+	// notification or when its last watcher leaves.
+	Anticipate func(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) (release func())
 	// MaxStreamsPerUser caps the streams one user holds open on this
 	// replica at once; beyond it a stream is refused with 429
 	// (ReasonTooManyStreams) and Retry-After. 0 is no cap.

@@ -2,11 +2,13 @@ package streamhttp
 
 import (
 	"cmp"
+	"context"
 	"sync"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 
+	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
@@ -34,6 +36,11 @@ type chatUpdates struct {
 	reads *streamloop.Reads
 	// prefetchAt is how many connections make deliver prefetch.
 	prefetchAt int
+	// anticipate is Server.Anticipate; held releases the episode deliver
+	// last anticipated (guarded by mu).
+	anticipate func(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) func()
+	held       func()
+	closed     bool // the subscription ended: nothing more is held
 
 	// ready is closed once the subscription is in place (notify.Keep
 	// returned): a connection joining before then waits, so that its first
@@ -55,7 +62,8 @@ func (h *updateHub) join(s *Server, chatID uuid.UUID, c *conn) (leave func()) {
 	cu := h.chats[chatID]
 	first := cu == nil
 	if first {
-		cu = &chatUpdates{chatID: chatID, reads: s.Reads, prefetchAt: cmp.Or(s.PrefetchWatchers, DefaultPrefetchWatchers), ready: make(chan struct{}), conns: map[*conn]struct{}{}}
+		cu = &chatUpdates{chatID: chatID, reads: s.Reads, prefetchAt: cmp.Or(s.PrefetchWatchers, DefaultPrefetchWatchers),
+			anticipate: s.Anticipate, ready: make(chan struct{}), conns: map[*conn]struct{}{}}
 		h.chats[chatID] = cu
 	}
 	cu.mu.Lock()
@@ -91,6 +99,13 @@ func (h *updateHub) leave(chatID uuid.UUID, cu *chatUpdates, c *conn) {
 	if last {
 		<-cu.ready
 		cu.kept.Stop()
+		cu.mu.Lock()
+		held := cu.held
+		cu.held, cu.closed = nil, true
+		cu.mu.Unlock()
+		if held != nil {
+			held()
+		}
 	}
 }
 
@@ -103,17 +118,44 @@ func (h *updateHub) leave(chatID uuid.UUID, cu *chatUpdates, c *conn) {
 // compete with it for the replica's CPU.
 func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 	timeline.Mark("stream.notified")
-	if cu.reads != nil {
-		cu.mu.Lock()
-		many := len(cu.conns) >= cu.prefetchAt
-		cu.mu.Unlock()
-		if many {
-			cu.reads.Prefetch(cu.chatID, HintsFromNotification(n), streamloop.DefaultPrefetchWait)
-		}
+	cu.mu.Lock()
+	many := len(cu.conns) >= cu.prefetchAt
+	cu.mu.Unlock()
+	cu.anticipateEpisode(n, many)
+	if many && cu.reads != nil {
+		cu.reads.Prefetch(cu.chatID, HintsFromNotification(n), streamloop.DefaultPrefetchWait)
 	}
 	cu.mu.Lock()
 	defer cu.mu.Unlock()
 	for c := range cu.conns {
 		c.notified(n)
+	}
+}
+
+// anticipateEpisode asks the part hub for the running episode n names
+// (Server.Anticipate) when the chat has many watchers, and lets go of the
+// one asked for before. Run on the subscription's goroutine, one
+// notification at a time.
+func (cu *chatUpdates) anticipateEpisode(n *chatdv1.ChatUpdateNotification, many bool) {
+	if cu.anticipate == nil {
+		return
+	}
+	var next func()
+	if h := HintsFromNotification(n); many && h.WorkerID != nil && n.GenerationAttempt > 0 &&
+		n.Status == string(queries.ChatStatusRunning) {
+		next = cu.anticipate(context.Background(), cu.chatID, streamloop.Episode{
+			WorkerID: h.WorkerID, HistoryVersion: n.HistoryVersion, GenerationAttempt: n.GenerationAttempt,
+		})
+	}
+	cu.mu.Lock()
+	prev := cu.held
+	if cu.closed {
+		// A notification that raced with the last watcher's leave.
+		prev, next = next, nil
+	}
+	cu.held = next
+	cu.mu.Unlock()
+	if prev != nil {
+		prev()
 	}
 }

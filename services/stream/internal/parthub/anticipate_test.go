@@ -1,0 +1,49 @@
+package parthub_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/services/stream/internal/parthub"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
+)
+
+// TestAnticipate: an anticipated episode opens the chat's upstream and
+// asks for the episode before any loop selects it; the parts that arrive
+// meanwhile are in the log for the loops that select it later; the hold
+// keeps the upstream open without subscribers, and its release (once, even
+// if called twice) closes it after the last one leaves.
+func TestAnticipate(t *testing.T) {
+	h, o := newHub(parthub.Options{})
+	chat, worker := uuid.New(), uuid.New()
+	ctx := context.Background()
+
+	require.NotNil(t, h.Anticipate(ctx, chat, streamloop.Episode{HistoryVersion: 3, GenerationAttempt: 1}))
+	require.Zero(t, h.Upstreams(), "without a worker nothing is opened")
+
+	release := h.Anticipate(ctx, chat, ep(worker, 3, 1, 0))
+	require.Equal(t, 1, h.Upstreams())
+	up := o.opened()[0]
+	require.Equal(t, []streamloop.Episode{ep(worker, 3, 1, 0)}, up.configured())
+	up.send(t, 3, 1, 1, text(1))
+	up.send(t, 3, 1, 2, text(2))
+
+	a, b := h.Subscribe(chat), h.Subscribe(chat)
+	a.Configure(ctx, ep(worker, 3, 1, 0))
+	b.Configure(ctx, ep(worker, 3, 1, 1))
+	require.Equal(t, []int64{1, 2}, seqs(take(t, a, 2)), "the parts sent before the loop selected the episode")
+	require.Equal(t, []int64{2}, seqs(take(t, b, 1)))
+	require.Len(t, o.opened(), 1, "the loops share the anticipated upstream")
+	require.Len(t, up.configured(), 1, "selecting the anticipated episode asks for nothing more")
+
+	a.Close()
+	b.Close()
+	require.False(t, up.isClosed(), "the hold keeps it open")
+	release()
+	release()
+	require.True(t, up.isClosed())
+	require.Zero(t, h.Upstreams())
+}

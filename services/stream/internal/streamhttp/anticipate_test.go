@@ -1,0 +1,82 @@
+package streamhttp_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/services/stream/internal/streamhttp"
+	"github.com/chatd/chatd/services/stream/internal/streamloop"
+)
+
+// anticipations records Server.Anticipate's calls and the holds released.
+type anticipations struct {
+	mu       sync.Mutex
+	asked    []streamloop.Episode
+	released int
+}
+
+func (a *anticipations) anticipate(_ context.Context, _ uuid.UUID, ep streamloop.Episode) func() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asked = append(a.asked, ep)
+	return func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.released++
+	}
+}
+
+func (a *anticipations) counts() (asked, released int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.asked), a.released
+}
+
+// TestNotificationAnticipatesTheEpisode: with PrefetchWatchers watchers, a
+// chat:update naming a running episode asks the part hub for it
+// (Server.Anticipate) before the loops select it; the next notification
+// lets the hold go, and so does the last watcher's leave.
+func TestNotificationAnticipatesTheEpisode(t *testing.T) {
+	t.Parallel()
+	var a anticipations
+	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) {
+		s.PrefetchWatchers, s.Anticipate = 2, a.anticipate
+	})
+	id := e.create()
+	c1, c2 := e.connect(id, ""), e.connect(id, "")
+	for _, c := range []*sseConn{c1, c2} {
+		c.next(t, 2) // the bootstrap: the system and user messages
+	}
+	worker := uuid.New()
+	e.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, worker, uuid.New()) })
+	var hv, ga int64
+	e.do(id, func(tx *chatstate.Tx) error {
+		if err := tx.RecordGenerationAttempt(e.ctx); err != nil {
+			return err
+		}
+		hv, ga = tx.Chat().HistoryVersion, tx.Chat().GenerationAttempt
+		return nil
+	})
+	require.Eventually(t, func() bool { n, _ := a.counts(); return n >= 1 }, 10*time.Second, 5*time.Millisecond,
+		"the running episode was anticipated")
+	a.mu.Lock()
+	got := a.asked[len(a.asked)-1]
+	a.mu.Unlock()
+	require.Equal(t, worker, *got.WorkerID)
+	require.Equal(t, [2]int64{hv, ga}, [2]int64{got.HistoryVersion, got.GenerationAttempt})
+
+	// The next change (a queued message) releases the hold it replaces.
+	e.send(id, "queued")
+	require.Eventually(t, func() bool { n, r := a.counts(); return r >= n-1 && r >= 1 }, 10*time.Second, 5*time.Millisecond)
+
+	c1.cancel()
+	c2.cancel()
+	require.Eventually(t, func() bool { n, r := a.counts(); return r == n }, 10*time.Second, 5*time.Millisecond,
+		"every hold is released once the watchers left")
+}
