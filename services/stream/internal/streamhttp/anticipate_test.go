@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/services/stream/internal/streamhttp"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
@@ -54,15 +53,7 @@ func TestNotificationAnticipatesTheEpisode(t *testing.T) {
 		c.next(t, 2) // the bootstrap: the system and user messages
 	}
 	worker := uuid.New()
-	e.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, worker, uuid.New()) })
-	var hv, ga int64
-	e.do(id, func(tx *chatstate.Tx) error {
-		if err := tx.RecordGenerationAttempt(e.ctx); err != nil {
-			return err
-		}
-		hv, ga = tx.Chat().HistoryVersion, tx.Chat().GenerationAttempt
-		return nil
-	})
+	hv, ga := e.startAttempt(id, worker)
 	require.Eventually(t, func() bool { n, _ := a.counts(); return n >= 1 }, 10*time.Second, 5*time.Millisecond,
 		"the running episode was anticipated")
 	a.mu.Lock()

@@ -148,16 +148,7 @@ func TestPartsFlowWhileReadsBlocked(t *testing.T) {
 		s.PrefetchWatchers = 2
 	})
 	id := e.create()
-	worker := uuid.New()
-	e.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, worker, uuid.New()) })
-	var hv, ga int64
-	e.do(id, func(tx *chatstate.Tx) error {
-		if err := tx.RecordGenerationAttempt(e.ctx); err != nil {
-			return err
-		}
-		hv, ga = tx.Chat().HistoryVersion, tx.Chat().GenerationAttempt
-		return nil
-	})
+	hv, ga := e.startAttempt(id, uuid.New())
 	// Two watchers: a notification then starts their shared read before
 	// waking them (Reads.Prefetch), and that wait must not hold parts up
 	// either.
@@ -256,4 +247,19 @@ func TestOneSubscriptionPerChat(t *testing.T) {
 	require.Len(t, again.next(t, 4), 4)
 	e.send(id, "more")
 	require.Equal(t, []string{"message:user:more", "status:running"}, summaries(again.next(t, 2)))
+}
+
+// startAttempt has worker acquire chat id and count a generation attempt,
+// and returns the episode (history_version, generation_attempt) it starts.
+func (e *env) startAttempt(id, worker uuid.UUID) (hv, ga int64) {
+	e.t.Helper()
+	e.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, worker, uuid.New()) })
+	e.do(id, func(tx *chatstate.Tx) error {
+		if err := tx.RecordGenerationAttempt(e.ctx); err != nil {
+			return err
+		}
+		hv, ga = tx.Chat().HistoryVersion, tx.Chat().GenerationAttempt
+		return nil
+	})
+	return hv, ga
 }

@@ -4,10 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
@@ -30,21 +28,7 @@ func TestPrefetchServesTheNextSync(t *testing.T) {
 	reads.Prefetch(id, *hintsOf(h.chat(id)), time.Minute)
 	require.Equal(t, before, reads.Transactions())
 
-	worker := uuid.New()
-	steps := []struct {
-		name string
-		do   func() queries.Chat
-	}{
-		{"queue a message", func() queries.Chat { return h.send(id, "queued") }},
-		{"acquire", func() queries.Chat { return h.acquire(id, worker) }},
-		{"generation attempt", func() queries.Chat { return h.attempt(id) }},
-		{"commit a step", func() queries.Chat { return h.commitStep(id, "partial") }},
-		{"requires action", func() queries.Chat { return h.requireAction(id) }},
-		{"edit: full refresh", func() queries.Chat { return h.editFirstUser(id, "edited") }},
-		{"finish and promote", func() queries.Chat { return h.commitAndFinish(id, "answer") }},
-		{"error", func() queries.Chat { return h.finishError(id) }},
-	}
-	for _, s := range steps {
+	for _, s := range syncSteps(h, id) {
 		hints := hintsOf(s.do())
 		before := reads.Transactions()
 		reads.Prefetch(id, *hints, time.Minute)

@@ -73,6 +73,30 @@ func (g *sharedGroup) run(t *testing.T, hints *streamloop.Hints) []streamloop.Ev
 	return want
 }
 
+// syncStep is one change to a chat, returning the chat it committed.
+type syncStep struct {
+	name string
+	do   func() queries.Chat
+}
+
+// syncSteps are every kind of change a Sync meets (messages, queue,
+// status, retry state, error, action_required, a full refresh), in an
+// order a chat can take them.
+func syncSteps(h *harness, id uuid.UUID) []syncStep {
+	worker := uuid.New()
+	return []syncStep{
+		{"queue a message", func() queries.Chat { return h.send(id, "queued") }},
+		{"acquire", func() queries.Chat { return h.acquire(id, worker) }},
+		{"generation attempt", func() queries.Chat { return h.attempt(id) }},
+		{"retry state", func() queries.Chat { return h.retryState(id) }},
+		{"commit a step", func() queries.Chat { return h.commitStep(id, "partial") }},
+		{"requires action", func() queries.Chat { return h.requireAction(id) }},
+		{"edit: full refresh", func() queries.Chat { return h.editFirstUser(id, "edited") }},
+		{"finish and promote", func() queries.Chat { return h.commitAndFinish(id, "answer") }},
+		{"error", func() queries.Chat { return h.finishError(id) }},
+	}
+}
+
 func hintsOf(c queries.Chat) *streamloop.Hints {
 	h := streamloop.HintsFromChat(c)
 	return &h
@@ -93,22 +117,7 @@ func TestSharedReadsOnePerSnapshot(t *testing.T) {
 	require.LessOrEqual(t, reads.Transactions(), int64(len(g.shared)))
 	early := boot[len(boot)-1].Cursor
 
-	worker := uuid.New()
-	steps := []struct {
-		name string
-		do   func() queries.Chat
-	}{
-		{"queue a message", func() queries.Chat { return h.send(id, "queued") }},
-		{"acquire", func() queries.Chat { return h.acquire(id, worker) }},
-		{"generation attempt", func() queries.Chat { return h.attempt(id) }},
-		{"retry state", func() queries.Chat { return h.retryState(id) }},
-		{"commit a step", func() queries.Chat { return h.commitStep(id, "partial") }},
-		{"requires action", func() queries.Chat { return h.requireAction(id) }},
-		{"edit: full refresh", func() queries.Chat { return h.editFirstUser(id, "edited") }},
-		{"finish and promote", func() queries.Chat { return h.commitAndFinish(id, "answer") }},
-		{"error", func() queries.Chat { return h.finishError(id) }},
-	}
-	for _, s := range steps {
+	for _, s := range syncSteps(h, id) {
 		c := s.do()
 		before := reads.Transactions()
 		g.run(t, hintsOf(c))
