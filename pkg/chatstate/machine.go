@@ -182,16 +182,14 @@ func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 // lock opens a bundle on one chat: the row lock and the snapshot bump.
 func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID) (*Tx, error) {
 	q := queries.New(ptx)
-	chat, err := q.ChatLockAndBump(ctx, id)
+	// The lock and the queue count in one round trip, still two
+	// statements (queries.ChatLockAndQueueLen).
+	chat, row, err := queries.ChatLockAndQueueLen(ctx, ptx, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("lock chat %s: %w", id, ErrChatNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock chat %s: %w", id, err)
-	}
-	row, err := q.ChatQueueLenAndNow(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("count queue of chat %s: %w", id, err)
 	}
 	return &Tx{m: m, q: q, chat: chat, queueLen: row.QueueLen, now: m.now(row.Now)}, nil
 }
