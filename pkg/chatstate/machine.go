@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/chatd/chatd/pkg/db/queries"
-
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 

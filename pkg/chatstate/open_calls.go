@@ -1,8 +1,6 @@
 package chatstate
 
 import (
-	"encoding/json"
-
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/db/queries"
 )
@@ -30,8 +28,8 @@ func openToolCallsIn(msgs []queries.ChatMessage) (open []OpenToolCall, ok bool) 
 		if m.Role != RoleAssistant && m.Role != RoleTool {
 			continue
 		}
-		var content chatmsg.Content
-		if err := json.Unmarshal(m.Content, &content); err != nil {
+		content, err := chatmsg.ParseContent(m.Content)
+		if err != nil {
 			return nil, false
 		}
 		for _, p := range content {

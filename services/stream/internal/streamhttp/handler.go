@@ -385,11 +385,11 @@ func (c *conn) close() {
 	}
 }
 
-// notified turns a chat:update notification into Sync hints. It never
-// blocks the NATS goroutine: when the buffer is full the loop is told to
-// fetch unconditionally instead.
-func (c *conn) notified(n *chatdv1.ChatUpdateNotification) {
-	h := HintsFromNotification(n)
+// notified hands a chat:update notification's Sync hints (decoded once
+// for every connection of the chat) to the loop. It never blocks the NATS
+// goroutine: when the buffer is full the loop is told to fetch
+// unconditionally instead.
+func (c *conn) notified(h streamloop.Hints) {
 	select {
 	case c.hints <- h:
 	default:

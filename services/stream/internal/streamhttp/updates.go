@@ -118,17 +118,18 @@ func (h *updateHub) leave(chatID uuid.UUID, cu *chatUpdates, c *conn) {
 // compete with it for the replica's CPU.
 func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 	timeline.Mark("stream.notified")
+	h := HintsFromNotification(n)
 	cu.mu.Lock()
 	many := len(cu.conns) >= cu.prefetchAt
 	cu.mu.Unlock()
-	cu.anticipateEpisode(n, many)
+	cu.anticipateEpisode(n, h, many)
 	if many && cu.reads != nil {
-		cu.reads.Prefetch(cu.chatID, HintsFromNotification(n), streamloop.DefaultPrefetchWait)
+		cu.reads.Prefetch(cu.chatID, h, streamloop.DefaultPrefetchWait)
 	}
 	cu.mu.Lock()
 	defer cu.mu.Unlock()
 	for c := range cu.conns {
-		c.notified(n)
+		c.notified(h)
 	}
 }
 
@@ -136,12 +137,12 @@ func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 // (Server.Anticipate) when the chat has many watchers, and lets go of the
 // one asked for before. Run on the subscription's goroutine, one
 // notification at a time.
-func (cu *chatUpdates) anticipateEpisode(n *chatdv1.ChatUpdateNotification, many bool) {
+func (cu *chatUpdates) anticipateEpisode(n *chatdv1.ChatUpdateNotification, h streamloop.Hints, many bool) {
 	if cu.anticipate == nil {
 		return
 	}
 	var next func()
-	if h := HintsFromNotification(n); many && h.WorkerID != nil && n.GenerationAttempt > 0 &&
+	if many && h.WorkerID != nil && n.GenerationAttempt > 0 &&
 		n.Status == string(queries.ChatStatusRunning) {
 		next = cu.anticipate(context.Background(), cu.chatID, streamloop.Episode{
 			WorkerID: h.WorkerID, HistoryVersion: n.HistoryVersion, GenerationAttempt: n.GenerationAttempt,

@@ -292,10 +292,13 @@ func (l *Loop) prepare(h *Hints) *PendingRead {
 // generation attempt, a retry, a release. Such a read starts with the chat
 // row alone, one statement and so one snapshot, and opens a transaction
 // for the rest only when the row shows more to read.
-func (r *PendingRead) chatOnly() bool {
-	h := r.h
-	return h != nil && h.HistoryVersion != nil && *h.HistoryVersion <= r.in.history &&
-		h.QueueVersion != nil && *h.QueueVersion <= r.in.queue
+func (r *PendingRead) chatOnly() bool { return chatOnly(r.h, r.in) }
+
+// chatOnly reports whether hints h (nil: none) say only the chat row moved
+// for a loop at in.
+func chatOnly(h *Hints, in readInput) bool {
+	return h != nil && h.HistoryVersion != nil && *h.HistoryVersion <= in.history &&
+		h.QueueVersion != nil && *h.QueueVersion <= in.queue
 }
 
 // Chat is the chat row a Fetched read saw.

@@ -46,8 +46,7 @@ func (r *Reads) Prefetch(chatID uuid.UUID, h Hints, wait time.Duration) {
 	c := last.db.chat
 	in := readInput{chatID: chatID, history: c.HistoryVersion, queue: c.QueueVersion}
 	r.mu.Unlock()
-	pending := &PendingRead{in: in, h: &h}
-	f, _ := r.join(in, readKey{history: in.history}, &minSnapshot, false, pending.chatOnly())
+	f, _ := r.join(in, readKey{history: in.history}, &minSnapshot, false, chatOnly(&h, in))
 	select {
 	case <-f.done:
 	case <-time.After(wait):
