@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -55,6 +56,9 @@ func BenchmarkFanOut(b *testing.B) {
 	rate := envInt("CHATD_BENCH_RATE", 20)
 	// One user holds every watcher: no per-user cap.
 	env := []string{"CHATD_STREAM_MAX_PER_USER=0"}
+	// CHATD_BENCH_SERVICE_ENV: more settings for the services, "K=V K=V"
+	// (to compare, say, CHATD_STREAM_SEND_CONCURRENCY values).
+	env = append(env, strings.Fields(os.Getenv("CHATD_BENCH_SERVICE_ENV"))...)
 	if path := os.Getenv("CHATD_BENCH_TIMELINE"); path != "" {
 		// The services mark their hops on this timeline file (see
 		// BenchmarkSendToFirstPart).

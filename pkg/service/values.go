@@ -87,12 +87,25 @@ func (v *Vars) Int(p *int, env string, def, min int, usage string) {
 
 // Duration declares a positive duration written like "15s" or "1m30s".
 func (v *Vars) Duration(p *time.Duration, env string, def time.Duration, usage string) {
+	v.duration(p, env, def, usage, false)
+}
+
+// DurationOrZero declares a duration that may also be 0 (written "0" or
+// "0s"), for a setting whose 0 turns a behaviour off.
+func (v *Vars) DurationOrZero(p *time.Duration, env string, def time.Duration, usage string) {
+	v.duration(p, env, def, usage, true)
+}
+
+func (v *Vars) duration(p *time.Duration, env string, def time.Duration, usage string, zero bool) {
 	v.Var(env, def.String(), usage, func(raw string) error {
 		d, err := time.ParseDuration(strings.TrimSpace(raw))
 		if err != nil {
 			return fmt.Errorf("%q is not a duration such as 15s or 1m30s", raw)
 		}
-		if d <= 0 {
+		switch {
+		case d < 0:
+			return fmt.Errorf("%s is negative", d)
+		case d == 0 && !zero:
 			return fmt.Errorf("%s is not positive", d)
 		}
 		*p = d

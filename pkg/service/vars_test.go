@@ -322,3 +322,25 @@ func TestEveryProblemInOnePass(t *testing.T) {
 	require.Equal(t, `CHATD_RELAY_ADDR: missing port in address "relay"; want host:port such as 127.0.0.1:7004 (its default)`, msgs[1])
 	require.Equal(t, "CHATD_DATABASE_URL is required", msgs[2])
 }
+
+// TestDurationOrZero: 0 turns the setting off; a negative duration is
+// refused with a sentence, as Duration refuses 0.
+func TestDurationOrZero(t *testing.T) {
+	var off, window time.Duration
+	v := service.NewVars("chatd-test", "test")
+	v.DurationOrZero(&window, "CHATD_STREAM_FANOUT_WINDOW", 20*time.Millisecond, "Window.")
+	v.Duration(&off, "CHATD_ACQUIRE_INTERVAL", time.Second, "Interval.")
+	require.NoError(t, v.Parse(nil, env()))
+	require.Equal(t, 20*time.Millisecond, window)
+	require.NoError(t, v.Parse(nil, env("CHATD_STREAM_FANOUT_WINDOW=0")))
+	require.Zero(t, window)
+
+	err := v.Parse(nil, env("CHATD_STREAM_FANOUT_WINDOW=-5ms", "CHATD_ACQUIRE_INTERVAL=0"))
+	var invalid *service.InvalidError
+	require.ErrorAs(t, err, &invalid)
+	var msgs []string
+	for _, e := range invalid.Errs {
+		msgs = append(msgs, e.Error())
+	}
+	require.ElementsMatch(t, []string{"CHATD_STREAM_FANOUT_WINDOW: -5ms is negative", "CHATD_ACQUIRE_INTERVAL: 0s is not positive"}, msgs)
+}

@@ -57,6 +57,12 @@ type Config struct {
 	// ConnectCacheTTL is how long a verified token and a passed owner
 	// check serve later connects.
 	ConnectCacheTTL time.Duration
+	// FanOutWindow gathers a burst of a many-watcher chat's changes into
+	// one round of writes (streamhttp.Server).
+	FanOutWindow time.Duration
+	// PrefetchWatchers is the watcher count from which a notification
+	// starts the chat's shared read before waking its loops.
+	PrefetchWatchers int
 }
 
 // reservedConns are the pool connections the Sync reads leave to the rest
@@ -91,6 +97,10 @@ func (c *Config) Declare(v *service.Vars) {
 		"Most streams one user may hold open on one stream replica; beyond it a stream answers 429 (TOO_MANY_STREAMS) with Retry-After. 0 is no cap.")
 	v.Duration(&c.ConnectCacheTTL, "CHATD_STREAM_CONNECT_CACHE_TTL", streamhttp.DefaultConnectCacheTTL,
 		"How long a verified token and a passed owner check serve later connects to the same chat (the first read still checks the owner).")
+	v.DurationOrZero(&c.FanOutWindow, "CHATD_STREAM_FANOUT_WINDOW", streamhttp.DefaultFanOutWindow,
+		"How long a change to a chat with CHATD_STREAM_PREFETCH_WATCHERS watchers or more on the replica waits for the changes right behind it (a turn's prompt, its start, its first parts), so each watcher gets them in one write. 0 sends every change at once.")
+	v.Int(&c.PrefetchWatchers, "CHATD_STREAM_PREFETCH_WATCHERS", streamhttp.DefaultPrefetchWatchers, 1,
+		"Watchers of one chat on a replica from which a change first reads the chat once, then wakes them (below it the watchers' own reads are shared as they come).")
 	v.Var(cors.Env, "", cors.Usage, func(raw string) (err error) { c.CORS, err = cors.Parse(raw); return err })
 	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
@@ -158,8 +168,11 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	// and a burst of reads queues for a bounded share of the pool.
 	reads := streamloop.NewReads(pool, streamloop.ReadsOptions{MaxConcurrent: cfg.syncReads(int(pool.Config().MaxConns))})
 	srv := &streamhttp.Server{Pool: pool, NATS: nc, Verifier: verifier, Log: log, Poller: poller, Done: ctx.Done(),
-		Parts: hub.Parts, Anticipate: hub.Anticipate, WriteTimeout: cfg.WriteTimeout, Reads: reads,
-		MaxStreamsPerUser: cfg.MaxStreamsPerUser, ConnectCacheTTL: cfg.ConnectCacheTTL}
+		Parts: hub.Parts, Anticipate: func(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) streamhttp.Anticipation {
+			return hub.Anticipate(ctx, chatID, ep)
+		}, WriteTimeout: cfg.WriteTimeout, Reads: reads,
+		MaxStreamsPerUser: cfg.MaxStreamsPerUser, ConnectCacheTTL: cfg.ConnectCacheTTL,
+		PrefetchWatchers: cfg.PrefetchWatchers, FanOutWindow: cfg.FanOutWindow}
 	if err := telemetry.ObserveGauge(tel.MeterProvider, telemetry.MetricStreamWatchers,
 		"Chat streams (SSE and WebSocket connections) this replica serves.", srv.Watchers); err != nil {
 		return err

@@ -3,6 +3,7 @@ package parthub_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -21,10 +22,13 @@ func TestAnticipate(t *testing.T) {
 	chat, worker := uuid.New(), uuid.New()
 	ctx := context.Background()
 
-	require.NotNil(t, h.Anticipate(ctx, chat, streamloop.Episode{HistoryVersion: 3, GenerationAttempt: 1}))
+	none := h.Anticipate(ctx, chat, streamloop.Episode{HistoryVersion: 3, GenerationAttempt: 1})
 	require.Zero(t, h.Upstreams(), "without a worker nothing is opened")
+	none.AwaitFirstPart(ctx) // returns at once
+	none.Release()
 
-	release := h.Anticipate(ctx, chat, ep(worker, 3, 1, 0))
+	hold := h.Anticipate(ctx, chat, ep(worker, 3, 1, 0))
+	release := hold.Release
 	require.Equal(t, 1, h.Upstreams())
 	up := o.opened()[0]
 	require.Equal(t, []streamloop.Episode{ep(worker, 3, 1, 0)}, up.configured())
@@ -46,4 +50,52 @@ func TestAnticipate(t *testing.T) {
 	release()
 	require.True(t, up.isClosed())
 	require.Zero(t, h.Upstreams())
+}
+
+// TestAwaitFirstPart: a hold's AwaitFirstPart returns when the episode's
+// first part is in the log, when the upstream moves on to a newer episode,
+// and otherwise when its context ends.
+func TestAwaitFirstPart(t *testing.T) {
+	h, o := newHub(parthub.Options{})
+	chat, worker := uuid.New(), uuid.New()
+	ctx := context.Background()
+
+	hold := h.Anticipate(ctx, chat, ep(worker, 3, 1, 0))
+	defer hold.Release()
+	up := o.opened()[0]
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	hold.AwaitFirstPart(short)
+	cancel()
+	require.ErrorIs(t, short.Err(), context.DeadlineExceeded, "no part yet: only the deadline ends the wait")
+
+	returned := make(chan struct{})
+	go func() {
+		hold.AwaitFirstPart(ctx)
+		close(returned)
+	}()
+	up.send(t, 3, 1, 1, text(1))
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Fatal("AwaitFirstPart did not return after the first part")
+	}
+	a := h.Subscribe(chat)
+	defer a.Close()
+	a.Configure(ctx, ep(worker, 3, 1, 0))
+	require.Equal(t, []int64{1}, seqs(take(t, a, 1)), "the part it waited for is in the log")
+
+	older := h.Anticipate(ctx, chat, ep(worker, 4, 1, 0))
+	defer older.Release()
+	newer := h.Anticipate(ctx, chat, ep(worker, 4, 2, 0))
+	defer newer.Release()
+	waited := make(chan struct{})
+	go func() {
+		older.AwaitFirstPart(ctx)
+		close(waited)
+	}()
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("AwaitFirstPart kept waiting for an episode the upstream no longer follows")
+	}
 }

@@ -296,20 +296,56 @@ func (u *upstream) selectEpisode(ctx context.Context, ep episode) {
 }
 
 // Anticipate makes chatID's upstream of ep's worker follow ep now, before
-// any subscriber has selected it, and holds it open until release is
-// called. A replica that hears from a notification that a chat with many
+// any subscriber has selected it, and holds it open until the hold is
+// released. A replica that hears from a notification that a chat with many
 // watchers started an episode asks the relay for it at once, while its
 // loops are still busy telling their clients about the commit: the parts
 // are in the log when the loops get to them. A nil worker or an older
 // episode than the upstream follows changes nothing but the hold.
-func (h *Hub) Anticipate(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) (release func()) {
+func (h *Hub) Anticipate(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) *Anticipation {
 	if ep.WorkerID == nil {
-		return func() {}
+		return &Anticipation{}
 	}
 	u := h.acquire(key{chat: chatID, worker: *ep.WorkerID})
-	u.selectEpisode(ctx, episode{ep.HistoryVersion, ep.GenerationAttempt})
-	var once sync.Once
-	return func() { once.Do(func() { h.release(u) }) }
+	want := episode{ep.HistoryVersion, ep.GenerationAttempt}
+	u.selectEpisode(ctx, want)
+	return &Anticipation{h: h, u: u, ep: want}
+}
+
+// Anticipation is the hold Anticipate took on an episode's upstream.
+type Anticipation struct {
+	h    *Hub // nil: nothing held
+	u    *upstream
+	ep   episode
+	once sync.Once
+}
+
+// Release lets go of the hold (once, however often it is called).
+func (a *Anticipation) Release() {
+	if a.h != nil {
+		a.once.Do(func() { a.h.release(a.u) })
+	}
+}
+
+// AwaitFirstPart returns once the episode's first part is in the log, the
+// upstream follows a newer episode or failed, or ctx ends: a replica about
+// to tell thousands of watchers that the episode started waits a moment
+// for its first part, so each watcher gets both in one write.
+func (a *Anticipation) AwaitFirstPart(ctx context.Context) {
+	if a.h == nil {
+		return
+	}
+	for {
+		v := a.u.view.Load()
+		if v.failed != nil || v.selected && (v.ep.newer(a.ep) || v.ep == a.ep && len(v.log) > 0) {
+			return
+		}
+		select {
+		case <-v.changed:
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // readyNow is a channel that is always ready.

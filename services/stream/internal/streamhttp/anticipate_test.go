@@ -20,15 +20,22 @@ type anticipations struct {
 	released int
 }
 
-func (a *anticipations) anticipate(_ context.Context, _ uuid.UUID, ep streamloop.Episode) func() {
+func (a *anticipations) anticipate(_ context.Context, _ uuid.UUID, ep streamloop.Episode) streamhttp.Anticipation {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.asked = append(a.asked, ep)
-	return func() {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		a.released++
-	}
+	return hold{a}
+}
+
+// hold is an anticipation whose episode never sends a part.
+type hold struct{ a *anticipations }
+
+func (h hold) AwaitFirstPart(ctx context.Context) { <-ctx.Done() }
+
+func (h hold) Release() {
+	h.a.mu.Lock()
+	defer h.a.mu.Unlock()
+	h.a.released++
 }
 
 func (a *anticipations) counts() (asked, released int) {

@@ -37,6 +37,8 @@ const (
 	DefaultHeartbeat    = 15 * time.Second
 	DefaultPoll         = 10 * time.Second
 	DefaultWriteTimeout = 30 * time.Second
+	// DefaultFanOutWindow is the stream service's FanOutWindow.
+	DefaultFanOutWindow = 50 * time.Millisecond
 )
 
 // Server holds what every stream connection needs.
@@ -86,7 +88,7 @@ type Server struct {
 	// running episode asks the chat's upstream for it at once, before the
 	// loops select it; the hold is released at the chat's next
 	// notification or when its last watcher leaves.
-	Anticipate func(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) (release func())
+	Anticipate func(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) Anticipation
 	// MaxStreamsPerUser caps the streams one user holds open on this
 	// replica at once; beyond it a stream is refused with 429
 	// (ReasonTooManyStreams) and Retry-After. 0 is no cap.
@@ -97,10 +99,17 @@ type Server struct {
 	// no cache.
 	ConnectCacheTTL time.Duration
 
-	initOnce sync.Once
-	cache    *connectCache // nil without ConnectCacheTTL
-	streams  streamCounts
-	updates  updateHub
+	// FanOutWindow is how long the first notification of a chat with
+	// PrefetchWatchers watchers or more waits for the ones right behind it
+	// (a turn's prompt, its worker's acquire, its first parts) before the
+	// loops are woken once for all of them (chatUpdates.deliver). 0 wakes
+	// them at every notification. Default none; the service sets
+	// DefaultFanOutWindow.
+	FanOutWindow time.Duration
+	initOnce     sync.Once
+	cache        *connectCache // nil without ConnectCacheTTL
+	streams      streamCounts
+	updates      updateHub
 }
 
 func (s *Server) init() {
@@ -349,7 +358,7 @@ type conn struct {
 	feed    PartFeed              // nil without live parts or with batches
 	batches PartBatches           // nil without live parts or with feed
 	taken   []streamloop.LivePart // reused by takeParts
-	partEvs []streamloop.Event    // reused by takeParts
+	out     []streamloop.Event    // reused by run: a send's events
 	// frames[i] is the shared encoding cache of the event i being sent
 	// (takeParts sets it; other events have none).
 	frames   []*streamloop.Frames
@@ -408,13 +417,20 @@ func (c *conn) newestHint(h streamloop.Hints) streamloop.Hints {
 	for {
 		select {
 		case next := <-c.hints:
-			if next.SnapshotVersion == nil || h.SnapshotVersion == nil || *next.SnapshotVersion > *h.SnapshotVersion {
-				h = next
-			}
+			h = newer(h, next)
 		default:
 			return h
 		}
 	}
+}
+
+// newer is the hints of the newer snapshot of h and next, next when either
+// has none.
+func newer(h, next streamloop.Hints) streamloop.Hints {
+	if next.SnapshotVersion == nil || h.SnapshotVersion == nil || *next.SnapshotVersion > *h.SnapshotVersion {
+		return next
+	}
+	return h
 }
 
 // HintsFromNotification converts a chat:update payload (all fields present;
@@ -442,6 +458,19 @@ type readDone struct {
 	hints *streamloop.Hints
 }
 
+// input is one thing a loop woke for that yields events: a notification's
+// hints, a finished read, a live part (PartFeed), or parts waiting in the
+// shared source (PartBatches).
+type input struct {
+	hints *streamloop.Hints
+	done  *readDone
+	part  *streamloop.LivePart
+	parts bool
+}
+
+// maxCoalesced bounds how many further inputs one send takes in (see run).
+const maxCoalesced = 16
+
 // run is the loop: it sends the bootstrap's events, then does one Sync per
 // trigger, sending events and heartbeats through send/beat until ctx ends
 // or sending fails.
@@ -451,6 +480,11 @@ type readDone struct {
 // database (a slow read, a full pool, the bound on concurrent reads). The
 // loop applies the read's result when it arrives, as the next operation;
 // only one read is in flight, and triggers wait until it is applied.
+//
+// A loop takes in every input that is waiting when it wakes (a Sync's
+// result, then the parts its new episode already has) and sends their
+// events as one write: a watcher late in a round of thousands gets a
+// burst of changes in one write instead of one per change.
 func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]streamloop.Event) error, beat func() error) {
 	log := c.s.log().With("chat_id", c.chatID)
 	ctx, cancel := context.WithCancel(ctx)
@@ -499,13 +533,73 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 			startRead(r)
 		}
 	}
+	// apply appends the events of in to evs.
+	apply := func(in input, evs []streamloop.Event) ([]streamloop.Event, error) {
+		switch {
+		case in.hints != nil:
+			h := c.newestHint(*in.hints)
+			if c.overflow.Swap(false) {
+				startRead(c.loop.PrepareBootstrap())
+				return evs, nil
+			}
+			r, ok := c.loop.PrepareSync(h)
+			if !ok {
+				return evs, nil
+			}
+			// A read the notification prefetched is applied here and
+			// now: thousands of watchers of one chat then cost no
+			// goroutine and no wait each.
+			f, ready := r.Ready()
+			if !ready {
+				startRead(r)
+				return evs, nil
+			}
+			return c.finish(ctx, evs, f)
+		case in.done != nil:
+			inFlight = false
+			switch d := in.done; {
+			case d.err != nil:
+				return evs, d.err
+			case d.hints != nil:
+				syncWith(*d.hints)
+				return evs, nil
+			default:
+				return c.finish(ctx, evs, d.f)
+			}
+		case in.part != nil:
+			return c.partBatch(evs, *in.part, partC)
+		default:
+			return c.takeParts(evs)
+		}
+	}
+	// waiting returns an input that is ready now, if any.
+	waiting := func() (input, bool) {
+		hintsC := c.hints
+		if inFlight {
+			hintsC = nil
+		}
+		var readyC <-chan struct{}
+		if c.batches != nil {
+			readyC = c.batches.Ready()
+		}
+		select {
+		case h := <-hintsC:
+			return input{hints: &h}, true
+		case d := <-done:
+			return input{done: &d}, true
+		case p := <-partC:
+			return input{part: &p}, true
+		case <-readyC:
+			return input{parts: true}, true
+		default:
+			return input{}, false
+		}
+	}
 	beatT := time.NewTicker(hb)
 	defer beatT.Stop()
 	stop := c.s.Done
 	for {
-		var evs []streamloop.Event
-		var err error
-		c.frames = c.frames[:0]
+		var in input
 		var readyC <-chan struct{}
 		if c.batches != nil {
 			readyC = c.batches.Ready()
@@ -526,24 +620,7 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 			}
 			continue
 		case h := <-hintsC:
-			h = c.newestHint(h)
-			if c.overflow.Swap(false) {
-				startRead(c.loop.PrepareBootstrap())
-				continue
-			}
-			r, ok := c.loop.PrepareSync(h)
-			if !ok {
-				continue
-			}
-			// A read the notification prefetched is applied here and
-			// now: thousands of watchers of one chat then cost no
-			// goroutine and no wait each.
-			f, ready := r.Ready()
-			if !ready {
-				startRead(r)
-				continue
-			}
-			evs, err = c.loop.Finish(ctx, f)
+			in.hints = &h
 		case h := <-polledC:
 			syncWith(h)
 			continue
@@ -563,21 +640,22 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 			})
 			continue
 		case d := <-done:
-			inFlight = false
-			switch {
-			case d.err != nil:
-				err = d.err
-			case d.hints != nil:
-				syncWith(*d.hints)
-				continue
-			default:
-				evs, err = c.loop.Finish(ctx, d.f)
-			}
+			in.done = &d
 		case p := <-partC:
-			evs, err = c.partBatch(p, partC)
+			in.part = &p
 		case <-readyC:
-			evs, err = c.takeParts()
+			in.parts = true
 		}
+		c.frames = c.frames[:0]
+		evs, err := apply(in, c.out[:0])
+		for n := 0; err == nil && n < maxCoalesced; n++ {
+			next, ok := waiting()
+			if !ok {
+				break
+			}
+			evs, err = apply(next, evs)
+		}
+		c.out = evs
 		if err != nil {
 			// The chat is gone, the client left, or the database kept
 			// failing after bounded retries: the stream ends (spec: "Loop
@@ -591,6 +669,12 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 			return
 		}
 	}
+}
+
+// finish applies a finished read's result f and appends its events to evs.
+func (c *conn) finish(ctx context.Context, evs []streamloop.Event, f streamloop.Fetched) ([]streamloop.Event, error) {
+	fin, err := c.loop.Finish(ctx, f)
+	return append(evs, fin...), err
 }
 
 // syncRetries bounds how often a failing Sync is retried before the stream
@@ -650,8 +734,12 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn, f
 		if _, err := w.Write(b); err != nil {
 			return err
 		}
-		if timeline.Enabled() && bytes.Contains(b, []byte("message_part")) {
-			timeline.Mark("stream.sse.part")
+		if timeline.Enabled() {
+			if bytes.Contains(b, []byte("message_part")) {
+				timeline.Mark("stream.sse.part")
+			} else {
+				timeline.Mark("stream.sse.ev")
+			}
 		}
 		return rc.Flush()
 	}
@@ -729,10 +817,11 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 const maxPartBatch = 256
 
 // partBatch applies p and every part already waiting on partC (up to
-// maxPartBatch), so a fast episode costs one write and one flush per batch
-// rather than per part; a slow one still sends each part at once.
-func (c *conn) partBatch(p streamloop.LivePart, partC <-chan streamloop.LivePart) ([]streamloop.Event, error) {
-	evs, err := c.loop.Part(p)
+// maxPartBatch), appending their events to evs, so a fast episode costs
+// one write and one flush per batch rather than per part; a slow one
+// still sends each part at once.
+func (c *conn) partBatch(evs []streamloop.Event, p streamloop.LivePart, partC <-chan streamloop.LivePart) ([]streamloop.Event, error) {
+	evs, err := c.loop.AppendPart(evs, p)
 	for n := 1; err == nil && n < maxPartBatch; n++ {
 		select {
 		case next := <-partC:
@@ -745,15 +834,18 @@ func (c *conn) partBatch(p streamloop.LivePart, partC <-chan streamloop.LivePart
 }
 
 // takeParts applies the parts waiting in the shared source (up to
-// maxPartBatch; the source wakes the loop again for the rest).
-func (c *conn) takeParts() ([]streamloop.Event, error) {
-	// The slices are reused: the events are sent before the next input.
+// maxPartBatch; the source wakes the loop again for the rest), appending
+// their events to evs and their shared encodings to c.frames.
+func (c *conn) takeParts(evs []streamloop.Event) ([]streamloop.Event, error) {
 	var err error
 	c.taken, err = c.batches.Take(c.taken[:0], maxPartBatch)
 	if err != nil {
 		return nil, err
 	}
-	evs := c.partEvs[:0]
+	// c.frames lines up with evs: the events before these have none.
+	for len(c.frames) < len(evs) {
+		c.frames = append(c.frames, nil)
+	}
 	for _, p := range c.taken {
 		n := len(evs)
 		if evs, err = c.loop.AppendPart(evs, p); err != nil {
@@ -763,7 +855,6 @@ func (c *conn) takeParts() ([]streamloop.Event, error) {
 			c.frames = append(c.frames, p.Frames)
 		}
 	}
-	c.partEvs = evs
 	return evs, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -17,6 +18,22 @@ import (
 
 // DefaultPrefetchWatchers is Server.PrefetchWatchers's default.
 const DefaultPrefetchWatchers = 16
+
+// DefaultFirstPartWait bounds how long the fan-out of an episode's start
+// to a chat's many watchers waits for the episode's first part
+// (Anticipation.AwaitFirstPart), so that each watcher gets both in one
+// write.
+const DefaultFirstPartWait = 40 * time.Millisecond
+
+// Anticipation is a hold on an episode's upstream that Server.Anticipate
+// took (parthub.Anticipation).
+type Anticipation interface {
+	// AwaitFirstPart returns once the episode's first part arrived, the
+	// upstream moved on, or ctx ended.
+	AwaitFirstPart(ctx context.Context)
+	// Release lets go of the hold.
+	Release()
+}
 
 // updateHub shares one chat:update subscription per chat among the
 // replica's connections to it: a chat with thousands of watchers costs one
@@ -38,9 +55,18 @@ type chatUpdates struct {
 	prefetchAt int
 	// anticipate is Server.Anticipate; held releases the episode deliver
 	// last anticipated (guarded by mu).
-	anticipate func(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) func()
-	held       func()
+	anticipate func(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) Anticipation
+	held       Anticipation
 	closed     bool // the subscription ended: nothing more is held
+	// window is Server.FanOutWindow. pending (guarded by mu) is the
+	// newest notification of the open window, due to be fanned out, and
+	// closer the timer that closes it (nil once its closing is under
+	// way). fanning serializes the fan-outs; fanTo is theirs to reuse.
+	window  time.Duration
+	pending *streamloop.Hints
+	closer  *time.Timer
+	fanning sync.Mutex
+	fanTo   []*conn
 
 	// ready is closed once the subscription is in place (notify.Keep
 	// returned): a connection joining before then waits, so that its first
@@ -63,7 +89,7 @@ func (h *updateHub) join(s *Server, chatID uuid.UUID, c *conn) (leave func()) {
 	first := cu == nil
 	if first {
 		cu = &chatUpdates{chatID: chatID, reads: s.Reads, prefetchAt: cmp.Or(s.PrefetchWatchers, DefaultPrefetchWatchers),
-			anticipate: s.Anticipate, ready: make(chan struct{}), conns: map[*conn]struct{}{}}
+			anticipate: s.Anticipate, window: s.FanOutWindow, ready: make(chan struct{}), conns: map[*conn]struct{}{}}
 		h.chats[chatID] = cu
 	}
 	cu.mu.Lock()
@@ -104,7 +130,7 @@ func (h *updateHub) leave(chatID uuid.UUID, cu *chatUpdates, c *conn) {
 		cu.held, cu.closed = nil, true
 		cu.mu.Unlock()
 		if held != nil {
-			held()
+			held.Release()
 		}
 	}
 }
@@ -112,10 +138,18 @@ func (h *updateHub) leave(chatID uuid.UUID, cu *chatUpdates, c *conn) {
 // deliver hands a notification to every connection of the chat; each
 // takes it without blocking (conn.notified).
 //
-// With shared reads and Server.PrefetchWatchers connections or more, the
-// read they will all ask for is started, and awaited for at most DefaultPrefetchWait, first
-// (Reads.Prefetch): the one read then runs before thousands of loops
-// compete with it for the replica's CPU.
+// A chat with Server.PrefetchWatchers connections or more on the replica
+// is told in rounds: each change costs a write to every watcher, and the
+// changes that open a turn come in a burst (the prompt, a worker's
+// acquire, the first parts). Its first notification opens a window of
+// Server.FanOutWindow; the ones arriving in it are folded into the newest,
+// and when it closes the loops are woken once, to Sync to the newest
+// snapshot and send what changed — with the parts the episode's upstream
+// (asked for at once, anticipateEpisode) already has — in one write per
+// watcher. With shared reads, the read they will all ask for is started,
+// and awaited for at most DefaultPrefetchWait, first (Reads.Prefetch): the
+// one read then runs before thousands of loops compete with it for the
+// replica's CPU.
 func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 	timeline.Mark("stream.notified")
 	h := HintsFromNotification(n)
@@ -123,14 +157,73 @@ func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 	many := len(cu.conns) >= cu.prefetchAt
 	cu.mu.Unlock()
 	cu.anticipateEpisode(n, h, many)
-	if many && cu.reads != nil {
-		cu.reads.Prefetch(cu.chatID, h, streamloop.DefaultPrefetchWait)
+	if !many || cu.window <= 0 {
+		cu.fanOut(h, many)
+		return
 	}
+	// An episode starting closes the window at once: its parts follow
+	// right behind, and the loops pick up the ones already in the part
+	// hub's log as they send the status.
+	starts := runningEpisode(n)
 	cu.mu.Lock()
 	defer cu.mu.Unlock()
+	if cu.pending != nil {
+		next := newer(*cu.pending, h)
+		cu.pending = &next
+		if starts && cu.closer != nil && cu.closer.Stop() {
+			cu.closer = nil
+			go cu.closeWindow()
+		}
+		return
+	}
+	cu.pending = &h
+	if starts {
+		go cu.closeWindow()
+		return
+	}
+	cu.closer = time.AfterFunc(cu.window, cu.closeWindow)
+}
+
+// runningEpisode reports whether n names a running episode.
+func runningEpisode(n *chatdv1.ChatUpdateNotification) bool {
+	return n.WorkerId != nil && n.GenerationAttempt > 0 && n.Status == string(queries.ChatStatusRunning)
+}
+
+// closeWindow fans out the newest notification of the window that closed.
+func (cu *chatUpdates) closeWindow() {
+	cu.mu.Lock()
+	h := *cu.pending
+	cu.pending, cu.closer = nil, nil
+	cu.mu.Unlock()
+	cu.fanOut(h, true)
+}
+
+// fanOut hands h to every connection, prefetching the read first for a
+// chat with many watchers. The connections are copied out first: the
+// wake-ups of thousands of loops must not hold up a connect, a leave or
+// the next notification.
+func (cu *chatUpdates) fanOut(h streamloop.Hints, many bool) {
+	cu.fanning.Lock()
+	defer cu.fanning.Unlock()
+	if many && cu.reads != nil {
+		cu.reads.Prefetch(cu.chatID, h, streamloop.DefaultPrefetchWait)
+		timeline.Mark("stream.prefetched")
+	}
+	if many && h.Status != nil && *h.Status == string(queries.ChatStatusRunning) {
+		cu.awaitFirstPart()
+	}
+	cu.mu.Lock()
+	to := cu.fanTo[:0]
 	for c := range cu.conns {
+		to = append(to, c)
+	}
+	cu.mu.Unlock()
+	for _, c := range to {
 		c.notified(h)
 	}
+	clear(to) // hold no connection past its leave
+	cu.fanTo = to
+	timeline.Mark("stream.fanned")
 }
 
 // anticipateEpisode asks the part hub for the running episode n names
@@ -141,9 +234,8 @@ func (cu *chatUpdates) anticipateEpisode(n *chatdv1.ChatUpdateNotification, h st
 	if cu.anticipate == nil {
 		return
 	}
-	var next func()
-	if many && h.WorkerID != nil && n.GenerationAttempt > 0 &&
-		n.Status == string(queries.ChatStatusRunning) {
+	var next Anticipation
+	if many && h.WorkerID != nil && runningEpisode(n) {
 		next = cu.anticipate(context.Background(), cu.chatID, streamloop.Episode{
 			WorkerID: h.WorkerID, HistoryVersion: n.HistoryVersion, GenerationAttempt: n.GenerationAttempt,
 		})
@@ -157,6 +249,21 @@ func (cu *chatUpdates) anticipateEpisode(n *chatdv1.ChatUpdateNotification, h st
 	cu.held = next
 	cu.mu.Unlock()
 	if prev != nil {
-		prev()
+		prev.Release()
 	}
+}
+
+// awaitFirstPart waits, at most DefaultFirstPartWait, for the first part of
+// the episode last anticipated.
+func (cu *chatUpdates) awaitFirstPart() {
+	cu.mu.Lock()
+	held := cu.held
+	cu.mu.Unlock()
+	if held == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultFirstPartWait)
+	defer cancel()
+	held.AwaitFirstPart(ctx)
+	timeline.Mark("stream.first.awaited")
 }

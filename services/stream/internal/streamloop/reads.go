@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // Reads is a replica's shared committed-state reads, the part hub's idea
@@ -227,7 +229,9 @@ func (r *Reads) run(f *flight) {
 	minQueue, minAction, chatOnly := f.minQueue, f.minAction, f.chatOnly
 	r.mu.Unlock()
 	r.transactions.Add(1)
+	timeline.Mark("stream.flight")
 	f.db, f.cov, f.err = readShared(ctx, r.pool, f.in, minQueue, minAction, chatOnly)
+	timeline.Mark("stream.flight.done")
 }
 
 // sweep drops reads finished longer than the TTL ago, at most once a TTL.
