@@ -266,12 +266,7 @@ func (u *upstream) apply(p streamloop.LivePart) bool {
 		u.full = true
 		return false
 	default:
-		if p.JSON == nil {
-			p.JSON = streamloop.PartJSON(p.Data) // the Part operation's rule, applied once
-		}
-		if p.Frames == nil {
-			p.Frames = new(streamloop.Frames)
-		}
+		p = p.Prepared() // checked, built and encoded once for every loop
 		u.log = append(u.log, p)
 		u.bytes += len(p.Data)
 		return true

@@ -33,6 +33,8 @@ const (
 type Event struct {
 	Type    string
 	ChatID  uuid.UUID
+	// Payload is the event's payload: a *MessagePart for a message_part
+	// (shared by the loops that emit the part), else the type's payload value.
 	Payload any
 	Cursor  Cursor
 }
@@ -49,7 +51,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 // map, no reflection, no re-validation of the part, which the Part
 // operation already checked.
 func (e Event) AppendJSON(dst, cursor []byte) ([]byte, error) {
-	if mp, ok := e.Payload.(MessagePart); ok && e.Type == TypeMessagePart {
+	if mp, ok := e.Payload.(*MessagePart); ok && e.Type == TypeMessagePart {
 		dst = append(dst, `{"type":"message_part","chat_id":"`...)
 		dst = appendUUID(dst, e.ChatID)
 		dst = append(dst, `","message_part":{"role":`...)

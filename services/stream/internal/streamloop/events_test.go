@@ -21,7 +21,7 @@ func TestMessagePartFastPath(t *testing.T) {
 	require.Equal(t, c, back)
 
 	for _, role := range []string{"assistant", "odd \"role\"\n"} {
-		e := Event{Type: TypeMessagePart, ChatID: uuid.New(), Cursor: c, Payload: MessagePart{
+		e := Event{Type: TypeMessagePart, ChatID: uuid.New(), Cursor: c, Payload: &MessagePart{
 			Role: role, Part: json.RawMessage(`{"type":"text","text":"hé \"x\""}`), HistoryVersion: 3, GenerationAttempt: 4, Seq: 12,
 		}}
 		fast, err := e.AppendJSON(nil, c.AppendEncoded(nil))
@@ -35,7 +35,7 @@ func TestMessagePartFastPath(t *testing.T) {
 
 func BenchmarkMessagePartJSON(b *testing.B) {
 	c := Cursor{SnapshotVersion: 7, HistoryVersion: 3, Status: "running", GenerationAttempt: 4, PartSeq: 12}
-	e := Event{Type: TypeMessagePart, ChatID: uuid.New(), Cursor: c, Payload: MessagePart{
+	e := Event{Type: TypeMessagePart, ChatID: uuid.New(), Cursor: c, Payload: &MessagePart{
 		Role: "assistant", Part: json.RawMessage(`{"type":"text","text":"tok12 "}`), HistoryVersion: 3, GenerationAttempt: 4, Seq: 12,
 	}}
 	var buf, cur []byte
@@ -71,7 +71,7 @@ func TestInt64AsStrings(t *testing.T) {
 	require.Equal(t, "5", got["id"])
 	require.Equal(t, "2", got["position"])
 
-	e := Event{Type: TypeMessagePart, ChatID: chatID, Payload: MessagePart{Role: "assistant",
+	e := Event{Type: TypeMessagePart, ChatID: chatID, Payload: &MessagePart{Role: "assistant",
 		Part: json.RawMessage(`{"type":"text","text":"x"}`), HistoryVersion: 3, GenerationAttempt: 4, Seq: 12}}
 	b, err = e.AppendJSON(nil, []byte("c"))
 	require.NoError(t, err)

@@ -198,7 +198,7 @@ func (v *view) apply(t *testing.T, evs []streamloop.Event) {
 		case streamloop.TypePreviewReset:
 			v.Preview = nil
 		case streamloop.TypeMessagePart:
-			v.Preview = append(v.Preview, string(e.Payload.(streamloop.MessagePart).Part))
+			v.Preview = append(v.Preview, string(e.Payload.(*streamloop.MessagePart).Part))
 		default:
 			t.Fatalf("unexpected event type %q", e.Type)
 		}

@@ -126,6 +126,26 @@ type LivePart struct {
 	// Frames, when set, is shared by every loop that applies this part: the
 	// connections cache the part's encoded event there. The loop ignores it.
 	Frames *Frames
+	// Message, when set, is the part's message_part payload, built once
+	// for every loop that emits it (Prepared); it is never modified.
+	Message *MessagePart
+}
+
+// Prepared is p with JSON, Message and Frames filled in: a part thousands
+// of loops apply is then checked, built and encoded once, and emitting it
+// allocates nothing per loop.
+func (p LivePart) Prepared() LivePart {
+	if p.JSON == nil {
+		p.JSON = PartJSON(p.Data) // the Part operation's rule, applied once
+	}
+	if p.Message == nil {
+		p.Message = &MessagePart{Role: p.Role, Part: p.JSON, HistoryVersion: p.HistoryVersion,
+			GenerationAttempt: p.GenerationAttempt, Seq: p.Seq}
+	}
+	if p.Frames == nil {
+		p.Frames = new(Frames)
+	}
+	return p
 }
 
 // PartJSON is a part's Data as the part to emit: the JSON text itself when
@@ -643,14 +663,13 @@ func (l *Loop) AppendPart(dst []Event, p LivePart) ([]Event, error) {
 		return dst, fmt.Errorf("%w: chat %s episode %d/%d: got seq %d after %d", ErrPartGap,
 			l.chatID, p.HistoryVersion, p.GenerationAttempt, p.Seq, st.PartSeq)
 	}
-	part := p.JSON
-	if part == nil {
-		part = PartJSON(p.Data)
+	mp := p.Message
+	if mp == nil {
+		mp = p.Prepared().Message
 	}
 	st.PartSeq = p.Seq
 	em := emitter{chatID: l.chatID, st: st, startHistory: st.HistoryVersion, events: dst}
-	em.emit(TypeMessagePart, MessagePart{Role: p.Role, Part: part, HistoryVersion: p.HistoryVersion,
-		GenerationAttempt: p.GenerationAttempt, Seq: p.Seq})
+	em.emit(TypeMessagePart, mp)
 	return em.events, nil
 }
 

@@ -53,8 +53,8 @@ func TestPartAcceptance(t *testing.T) {
 	evs := part(hv, 1, 1, "a")
 	require.Len(t, evs, 1)
 	require.Equal(t, streamloop.TypeMessagePart, evs[0].Type)
-	mp := evs[0].Payload.(streamloop.MessagePart)
-	require.Equal(t, streamloop.MessagePart{Role: "assistant", Part: json.RawMessage(textPart("a")), HistoryVersion: hv, GenerationAttempt: 1, Seq: 1}, mp)
+	mp := evs[0].Payload.(*streamloop.MessagePart)
+	require.Equal(t, &streamloop.MessagePart{Role: "assistant", Part: json.RawMessage(textPart("a")), HistoryVersion: hv, GenerationAttempt: 1, Seq: 1}, mp)
 	require.EqualValues(t, 1, evs[0].Cursor.PartSeq)
 	b, err := json.Marshal(evs[0])
 	require.NoError(t, err)
@@ -131,4 +131,37 @@ func TestCursorPartWatermark(t *testing.T) {
 		_, err := streamloop.DecodeCursor(bad)
 		require.ErrorIs(t, err, streamloop.ErrBadCursor, "%q", bad)
 	}
+}
+
+// TestPreparedPartAllocatesNothingPerLoop: a part the hub prepared once
+// (LivePart.Prepared) is emitted by every loop with its shared payload, and
+// emitting it into a reused slice allocates nothing: thousands of watchers
+// of a chat cost no garbage per part.
+func TestPreparedPartAllocatesNothingPerLoop(t *testing.T) {
+	h := newHarness(t) // not parallel: AllocsPerRun counts the whole process
+	id := h.create()
+	h.acquire(id, uuid.New())
+	c := h.attempt(id)
+	l := streamloop.New(h.pool, id, &recParts{}, nil)
+	_, err := l.Bootstrap(h.ctx)
+	require.NoError(t, err)
+
+	const n = 100
+	parts := make([]streamloop.LivePart, n)
+	for i := range parts {
+		parts[i] = streamloop.LivePart{HistoryVersion: c.HistoryVersion, GenerationAttempt: 1, Seq: int64(i + 1),
+			Role: "assistant", Data: textPart("x")}.Prepared()
+	}
+	evs, err := l.AppendPart(nil, parts[0])
+	require.NoError(t, err)
+	require.Same(t, parts[0].Message, evs[0].Payload, "the shared payload, not a copy")
+	next := 1
+	dst := make([]streamloop.Event, 0, 4)
+	allocs := testing.AllocsPerRun(n-2, func() {
+		dst, err = l.AppendPart(dst[:0], parts[next])
+		next++
+	})
+	require.NoError(t, err)
+	require.Len(t, dst, 1)
+	require.Zero(t, allocs)
 }
