@@ -31,8 +31,8 @@ const (
 // payload}; the cursor travels beside it (SSE id:, or a "cursor" field on
 // WebSocket, see MarshalJSON).
 type Event struct {
-	Type    string
-	ChatID  uuid.UUID
+	Type   string
+	ChatID uuid.UUID
 	// Payload is the event's payload: a *MessagePart for a message_part
 	// (shared by the loops that emit the part), else the type's payload value.
 	Payload any
