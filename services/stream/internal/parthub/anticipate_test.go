@@ -99,3 +99,61 @@ func TestAwaitFirstPart(t *testing.T) {
 		t.Fatal("AwaitFirstPart kept waiting for an episode the upstream no longer follows")
 	}
 }
+
+// TestSubscriberOfAnotherEpisodeIsNotWoken: while the upstream follows an
+// episode a loop has not selected (an anticipated one, before the loop's
+// Sync), the episode's parts do not wake that loop; the upstream moving on
+// and a failure do.
+func TestSubscriberOfAnotherEpisodeIsNotWoken(t *testing.T) {
+	h, o := newHub(parthub.Options{})
+	chat, worker := uuid.New(), uuid.New()
+	ctx := context.Background()
+	ready := func(s *parthub.Sub) bool {
+		select {
+		case <-s.Ready():
+			return true
+		default:
+			return false
+		}
+	}
+
+	a := h.Subscribe(chat)
+	defer a.Close()
+	a.Configure(ctx, ep(worker, 3, 1, 0))
+	up := o.opened()[0]
+	up.send(t, 3, 1, 1, text(1))
+	require.Equal(t, []int64{1}, seqs(take(t, a, 1)))
+	require.False(t, ready(a))
+
+	hold := h.Anticipate(ctx, chat, ep(worker, 4, 1, 0))
+	defer hold.Release()
+	require.True(t, ready(a), "the upstream moving on wakes the loop")
+	got, err := a.Take(nil, 10)
+	require.NoError(t, err)
+	require.Empty(t, got)
+
+	b := h.Subscribe(chat)
+	defer b.Close()
+	b.Configure(ctx, ep(worker, 4, 1, 0))
+	for seq := int64(1); seq <= 3; seq++ {
+		up.send(t, 4, 1, seq, text(seq))
+	}
+	require.Equal(t, []int64{1, 2, 3}, seqs(take(t, b, 3)))
+	require.False(t, ready(a), "the anticipated episode's parts do not wake a loop that has not selected it")
+
+	stale := h.Subscribe(chat)
+	defer stale.Close()
+	stale.Configure(ctx, ep(worker, 3, 1, 1)) // older than the upstream's: changes nothing
+	got, err = stale.Take(nil, 10)
+	require.NoError(t, err)
+	require.Empty(t, got)
+	require.False(t, ready(stale))
+
+	a.Configure(ctx, ep(worker, 4, 1, 0)) // the loop's Sync reached the episode
+	require.Equal(t, []int64{1, 2, 3}, seqs(take(t, a, 3)))
+
+	up.send(t, 4, 1, 5, text(5)) // a gap: the upstream fails
+	require.Eventually(t, func() bool { return ready(stale) }, 5*time.Second, time.Millisecond, "a failure wakes every loop")
+	_, err = stale.Take(nil, 10)
+	require.ErrorIs(t, err, streamloop.ErrPartGap)
+}

@@ -160,13 +160,30 @@ type view struct {
 	log      []streamloop.LivePart
 	failed   error
 	changed  chan struct{} // closed when the view is replaced
+	// moved is closed when a view following another episode (or failed)
+	// replaces this one; views of one episode share it. A subscriber that
+	// has not selected the episode the upstream follows (an anticipated
+	// one, until its loop's Sync) waits on it: the episode's parts are of
+	// no use to it, and thousands of such loops woken for each would
+	// crowd out the read that brings them to the episode.
+	moved chan struct{}
 }
 
 // publish replaces the view and wakes its readers; u.mu must be held.
 func (u *upstream) publish() {
-	old := u.view.Swap(&view{selected: u.selected, ep: u.ep, log: u.log, failed: u.failed, changed: make(chan struct{})})
+	nv := &view{selected: u.selected, ep: u.ep, log: u.log, failed: u.failed, changed: make(chan struct{})}
+	old := u.view.Load()
+	if old != nil && old.failed == nil && u.failed == nil && old.selected == u.selected && old.ep == u.ep {
+		nv.moved = old.moved
+	} else {
+		nv.moved = make(chan struct{})
+	}
+	u.view.Store(nv)
 	if old != nil {
 		close(old.changed)
+		if old.moved != nv.moved {
+			close(old.moved)
+		}
 	}
 }
 
@@ -373,6 +390,8 @@ func (s *Sub) Ready() <-chan struct{} {
 		return nil
 	case s.seen == nil:
 		return readyNow
+	case !s.seen.selected || s.seen.ep != s.ep:
+		return s.seen.moved // nothing for this loop until the upstream moves
 	}
 	return s.seen.changed
 }

@@ -148,7 +148,7 @@ func newTurnEnv(b *testing.B, chats, replicas int) *turnEnv {
 		rl := newRelay(0)
 		s := &streamhttp.Server{Pool: rp, NATS: natstest.Connect(b, nc.ConnectedUrl()), Verifier: v, Poller: poller,
 			Parts: rl.newWatcher, Log: log}
-		benchServer(s)
+		benchServer(s, rl.hub)
 		mux := http.NewServeMux()
 		s.Register(mux)
 		e.replicas = append(e.replicas, &turnReplica{handler: mux, relay: rl, pool: rp})

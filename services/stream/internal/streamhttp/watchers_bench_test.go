@@ -246,7 +246,7 @@ func newWatchEnv(b *testing.B, watchers int) *watchEnv {
 	r := newRelay(watchers)
 	s := &streamhttp.Server{Pool: pool, NATS: snc, Verifier: v, Poller: poller, Parts: r.newWatcher,
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
-	benchServer(s)
+	benchServer(s, r.hub)
 	mux := http.NewServeMux()
 	s.Register(mux)
 	return &watchEnv{chatID: chatID, ep: streamloop.Episode{WorkerID: &worker, HistoryVersion: hv, GenerationAttempt: ga},
