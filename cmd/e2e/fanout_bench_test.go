@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -36,7 +37,8 @@ import (
 //   - skew_p50_ms / _p99_ms / _max_ms: each part's arrival at each watcher
 //     after its first arrival at any watcher;
 //   - cpu_us/delivery: the four services' CPU over the turn per part
-//     delivered to a watcher (stream_cpu_us/delivery: the stream
+//     delivered to a watcher (client_cpu_us/delivery: this process's,
+//     the watchers reading them, on the same cores; stream_cpu_us/delivery: the stream
 //     processes' alone);
 //   - connect_s: connecting every watcher until each has its bootstrap.
 //
@@ -114,7 +116,7 @@ func fanOutTurn(b *testing.B, s *stacktest.Stack, n, tokens, rate int) {
 	}
 	all := append([]*servicetest.Process{s.API, s.Relay}, s.Workers...)
 	all = append(all, s.StreamProcs...)
-	cpu0, stream0 := cpu(all), cpu(s.StreamProcs)
+	cpu0, stream0, client0 := cpu(all), cpu(s.StreamProcs), selfCPU(b)
 	posted := time.Now()
 	if os.Getenv("CHATD_BENCH_TIMELINE") != "" {
 		b.Logf("POST at %d µs on the timeline", posted.UnixMicro())
@@ -129,7 +131,7 @@ func fanOutTurn(b *testing.B, s *stacktest.Stack, n, tokens, rate int) {
 			b.Fatalf("watcher %d never got the turn's reply (%v)\n%s", i, w.err, s.Stderr())
 		}
 	}
-	cpuTurn, streamTurn := cpu(all)-cpu0, cpu(s.StreamProcs)-stream0
+	cpuTurn, streamTurn, clientTurn := cpu(all)-cpu0, cpu(s.StreamProcs)-stream0, selfCPU(b)-client0
 	cancel()
 	wg.Wait()
 
@@ -171,6 +173,7 @@ func fanOutTurn(b *testing.B, s *stacktest.Stack, n, tokens, rate int) {
 	b.ReportMetric(pct(skew, 100), "skew_max_ms")
 	b.ReportMetric(float64(cpuTurn.Microseconds())/deliveries, "cpu_us/delivery")
 	b.ReportMetric(float64(streamTurn.Microseconds())/deliveries, "stream_cpu_us/delivery")
+	b.ReportMetric(float64(clientTurn.Microseconds())/deliveries, "client_cpu_us/delivery")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -233,6 +236,14 @@ func (w *fanWatcher) watch(ctx context.Context, client *http.Client, s *stacktes
 			close(w.done)
 		}
 	}
+}
+
+// selfCPU is the CPU time this process (the benchmark's watchers) used so
+// far, user and system.
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // fieldInt parses the digits after key in data; 0 without them.
