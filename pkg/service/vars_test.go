@@ -310,13 +310,7 @@ func TestEveryProblemInOnePass(t *testing.T) {
 		}
 		return nil
 	}, "CHATD_ACQUIRE_INTERVAL")
-	err := v.Parse(nil, env("CHATD_ACQUIRE_INTERVAL=soon", "CHATD_RELAY_ADDR=relay"))
-	var invalid *service.InvalidError
-	require.ErrorAs(t, err, &invalid)
-	var msgs []string
-	for _, e := range invalid.Errs {
-		msgs = append(msgs, e.Error())
-	}
+	msgs := invalidMessages(t, v.Parse(nil, env("CHATD_ACQUIRE_INTERVAL=soon", "CHATD_RELAY_ADDR=relay")))
 	require.Len(t, msgs, 3, "%q", msgs)
 	require.Contains(t, msgs[0], "CHATD_ACQUIRE_INTERVAL")
 	require.Equal(t, `CHATD_RELAY_ADDR: missing port in address "relay"; want host:port such as 127.0.0.1:7004 (its default)`, msgs[1])
@@ -335,12 +329,19 @@ func TestDurationOrZero(t *testing.T) {
 	require.NoError(t, v.Parse(nil, env("CHATD_STREAM_FANOUT_WINDOW=0")))
 	require.Zero(t, window)
 
-	err := v.Parse(nil, env("CHATD_STREAM_FANOUT_WINDOW=-5ms", "CHATD_ACQUIRE_INTERVAL=0"))
+	msgs := invalidMessages(t, v.Parse(nil, env("CHATD_STREAM_FANOUT_WINDOW=-5ms", "CHATD_ACQUIRE_INTERVAL=0")))
+	require.ElementsMatch(t, []string{"CHATD_STREAM_FANOUT_WINDOW: -5ms is negative", "CHATD_ACQUIRE_INTERVAL: 0s is not positive"}, msgs)
+}
+
+// invalidMessages is the sentence of each problem err (an InvalidError)
+// reports.
+func invalidMessages(t *testing.T, err error) []string {
+	t.Helper()
 	var invalid *service.InvalidError
 	require.ErrorAs(t, err, &invalid)
 	var msgs []string
 	for _, e := range invalid.Errs {
 		msgs = append(msgs, e.Error())
 	}
-	require.ElementsMatch(t, []string{"CHATD_STREAM_FANOUT_WINDOW: -5ms is negative", "CHATD_ACQUIRE_INTERVAL: 0s is not positive"}, msgs)
+	return msgs
 }
