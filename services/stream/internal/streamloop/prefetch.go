@@ -8,7 +8,12 @@ import (
 
 // DefaultPrefetchWait bounds how long a notification's fan-out waits for
 // the read it started (Reads.Prefetch) before it wakes the watchers anyway.
-const DefaultPrefetchWait = 25 * time.Millisecond
+// Waiting costs the watchers nothing: woken earlier, each would start a
+// goroutine to wait on that same read (and thousands of them crowd out the
+// read's own reply, as when another chat's round has the CPU). The bound
+// is a deadline for a read that is stuck, after which every loop reads
+// with its own retries.
+const DefaultPrefetchWait = 250 * time.Millisecond
 
 // Prefetch starts the read that the watchers of chatID on this replica are
 // about to ask for, now that a notification (h) says the chat moved, and
