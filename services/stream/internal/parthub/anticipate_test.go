@@ -103,18 +103,25 @@ func TestAwaitFirstPart(t *testing.T) {
 // TestSubscriberOfAnotherEpisodeIsNotWoken: while the upstream follows an
 // episode a loop has not selected (an anticipated one, before the loop's
 // Sync), the episode's parts do not wake that loop; the upstream moving on
-// and a failure do.
+// and a failure do. Pending says the same as Ready's channel throughout.
 func TestSubscriberOfAnotherEpisodeIsNotWoken(t *testing.T) {
 	h, o := newHub(parthub.Options{})
 	chat, worker := uuid.New(), uuid.New()
 	ctx := context.Background()
-	ready := func(s *parthub.Sub) bool {
+	woken := func(s *parthub.Sub) bool {
 		select {
 		case <-s.Ready():
 			return true
 		default:
 			return false
 		}
+	}
+	// ready is whether s would wake, asked both ways (Ready's channel and
+	// Pending), at moments nothing is being published.
+	ready := func(s *parthub.Sub) bool {
+		r := woken(s)
+		require.Equal(t, r, s.Pending(), "Pending agrees with Ready")
+		return r
 	}
 
 	a := h.Subscribe(chat)
@@ -153,7 +160,8 @@ func TestSubscriberOfAnotherEpisodeIsNotWoken(t *testing.T) {
 	require.Equal(t, []int64{1, 2, 3}, seqs(take(t, a, 3)))
 
 	up.send(t, 4, 1, 5, text(5)) // a gap: the upstream fails
-	require.Eventually(t, func() bool { return ready(stale) }, 5*time.Second, time.Millisecond, "a failure wakes every loop")
+	require.Eventually(t, func() bool { return woken(stale) }, 5*time.Second, time.Millisecond, "a failure wakes every loop")
+	require.True(t, stale.Pending())
 	_, err = stale.Take(nil, 10)
 	require.ErrorIs(t, err, streamloop.ErrPartGap)
 }

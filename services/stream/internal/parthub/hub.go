@@ -396,6 +396,29 @@ func (s *Sub) Ready() <-chan struct{} {
 	return s.seen.changed
 }
 
+// Pending reports whether Ready's channel is ready now, without a channel
+// operation: a loop asks after every input whether more is waiting, and
+// the view's channel is shared by every loop of the chat, so a select on
+// it from thousands of loops contends on its lock.
+func (s *Sub) Pending() bool {
+	switch {
+	case s.again:
+		return true
+	case s.up == nil:
+		return false
+	case s.seen == nil:
+		return true
+	}
+	v := s.up.view.Load()
+	if v == s.seen {
+		return false
+	}
+	if !s.seen.selected || s.seen.ep != s.ep {
+		return v.moved != s.seen.moved
+	}
+	return true
+}
+
 // Configure selects the worker and episode (a nil worker stops reading).
 // The loop's part watermark, ep.AfterSeq, becomes the cursor.
 func (s *Sub) Configure(ctx context.Context, ep streamloop.Episode) {

@@ -343,6 +343,8 @@ type PartBatches interface {
 	// Ready returns the channel that is ready when parts may be waiting;
 	// it changes after every Take and Configure.
 	Ready() <-chan struct{}
+	// Pending reports whether Ready's channel is ready now.
+	Pending() bool
 	// Take appends up to max waiting parts to dst. An error is an invariant
 	// violation: the stream ends.
 	Take(dst []streamloop.LivePart, max int) ([]streamloop.LivePart, error)
@@ -461,12 +463,25 @@ type readDone struct {
 // input is one thing a loop woke for that yields events: a notification's
 // hints, a finished read, a live part (PartFeed), or parts waiting in the
 // shared source (PartBatches).
+// It is held by value: a pointer to a hint or a read's result would move
+// it to the heap, an allocation per watcher per change, which at thousands
+// of watchers brings a garbage collection (and its scan of every loop's
+// stack) into the round.
 type input struct {
-	hints *streamloop.Hints
-	done  *readDone
-	part  *streamloop.LivePart
-	parts bool
+	kind  inputKind
+	hints streamloop.Hints
+	done  readDone
+	part  streamloop.LivePart
 }
+
+type inputKind uint8
+
+const (
+	inputHints inputKind = iota + 1
+	inputDone
+	inputPart
+	inputParts
+)
 
 // maxCoalesced bounds how many further inputs one send takes in (see run).
 const maxCoalesced = 16
@@ -535,9 +550,9 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 	}
 	// apply appends the events of in to evs.
 	apply := func(in input, evs []streamloop.Event) ([]streamloop.Event, error) {
-		switch {
-		case in.hints != nil:
-			h := c.newestHint(*in.hints)
+		switch in.kind {
+		case inputHints:
+			h := c.newestHint(in.hints)
 			if c.overflow.Swap(false) {
 				startRead(c.loop.PrepareBootstrap())
 				return evs, nil
@@ -555,9 +570,9 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 				return evs, nil
 			}
 			return c.finish(ctx, evs, f)
-		case in.done != nil:
+		case inputDone:
 			inFlight = false
-			switch d := in.done; {
+			switch d := &in.done; {
 			case d.err != nil:
 				return evs, d.err
 			case d.hints != nil:
@@ -566,34 +581,29 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 			default:
 				return c.finish(ctx, evs, d.f)
 			}
-		case in.part != nil:
-			return c.partBatch(evs, *in.part, partC)
+		case inputPart:
+			return c.partBatch(evs, in.part, partC)
 		default:
 			return c.takeParts(evs)
 		}
 	}
-	// waiting returns an input that is ready now, if any.
+	// waiting returns an input that is ready now, if any. It looks at the
+	// channels' lengths (only this loop receives from them) and asks the
+	// part source, rather than select on them: it runs after every input
+	// of every loop, and a select locks each channel, the part source's
+	// shared by all the chat's loops.
 	waiting := func() (input, bool) {
-		hintsC := c.hints
-		if inFlight {
-			hintsC = nil
+		switch {
+		case len(done) > 0:
+			return input{kind: inputDone, done: <-done}, true
+		case !inFlight && len(c.hints) > 0:
+			return input{kind: inputHints, hints: <-c.hints}, true
+		case len(partC) > 0:
+			return input{kind: inputPart, part: <-partC}, true
+		case c.batches != nil && c.batches.Pending():
+			return input{kind: inputParts}, true
 		}
-		var readyC <-chan struct{}
-		if c.batches != nil {
-			readyC = c.batches.Ready()
-		}
-		select {
-		case h := <-hintsC:
-			return input{hints: &h}, true
-		case d := <-done:
-			return input{done: &d}, true
-		case p := <-partC:
-			return input{part: &p}, true
-		case <-readyC:
-			return input{parts: true}, true
-		default:
-			return input{}, false
-		}
+		return input{}, false
 	}
 	beatT := time.NewTicker(hb)
 	defer beatT.Stop()
@@ -620,7 +630,7 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 			}
 			continue
 		case h := <-hintsC:
-			in.hints = &h
+			in = input{kind: inputHints, hints: h}
 		case h := <-polledC:
 			syncWith(h)
 			continue
@@ -640,11 +650,11 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 			})
 			continue
 		case d := <-done:
-			in.done = &d
+			in = input{kind: inputDone, done: d}
 		case p := <-partC:
-			in.part = &p
+			in = input{kind: inputPart, part: p}
 		case <-readyC:
-			in.parts = true
+			in = input{kind: inputParts}
 		}
 		c.frames = c.frames[:0]
 		evs, err := apply(in, c.out[:0])
