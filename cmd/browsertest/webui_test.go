@@ -207,7 +207,9 @@ func TestWebUIQueueEditRetryTools(t *testing.T) {
 
 	// Edit the first message: what followed it goes, the new reply comes.
 	p.do("click Edit", chromedp.Click(chromedp.CSS(`[data-testid=message][data-role=user] [data-testid=edit-message]`)))
-	require.Equal(t, "::stream 300 20", evalJS[string](p, `document.querySelector('[data-testid=composer-input]').value`))
+	// The edit fills the composer when the UI has handled the click (a
+	// stream event re-rendering the list at that moment delays it).
+	p.wait("the message in the composer", `document.querySelector('[data-testid=composer-input]').value === '::stream 300 20'`)
 	p.fill(`[data-testid=composer-input]`, "::reply edited")
 	u.click("send-button")
 	p.wait("the edited history", jsStatus+` === 'waiting' && JSON.stringify(`+jsAssistants+`) === '["edited"]' && document.querySelectorAll('[data-testid=message][data-role=user]').length === 1`)
