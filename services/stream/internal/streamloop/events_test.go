@@ -83,3 +83,23 @@ func TestInt64AsStrings(t *testing.T) {
 	require.Equal(t, "4", ev.MessagePart["generation_attempt"])
 	require.Equal(t, "12", ev.MessagePart["seq"])
 }
+
+// A shared read's row is encoded once for every loop that applies it, and
+// the encoding is what encodeMessage gives.
+func TestRowEncodedOnce(t *testing.T) {
+	chatID := uuid.New()
+	m := msgRow{ID: 4, Role: "user", Content: json.RawMessage(`[{"type":"text","text":"hi"}]`), enc: new(encodedMessage)}
+	want, err := encodeMessage(chatID, m)
+	require.NoError(t, err)
+	copyOfRow := m // each loop ranges over the read's rows by value
+	a, err := m.message(chatID)
+	require.NoError(t, err)
+	b, err := copyOfRow.message(chatID)
+	require.NoError(t, err)
+	require.Equal(t, want, a)
+	require.Same(t, &a.Content[0], &b.Content[0], "one encoding, shared")
+	unshared := msgRow{ID: 4, Role: "user", Content: m.Content}
+	c, err := unshared.message(chatID)
+	require.NoError(t, err)
+	require.Equal(t, want, c)
+}

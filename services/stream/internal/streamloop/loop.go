@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -249,6 +250,27 @@ type msgRow struct {
 	Revision        int64
 	Usage           json.RawMessage
 	CreatedAt       pgTime
+	// enc, set by scanMessages, is the row's encoding, shared by every
+	// loop that applies the read (a shared read's rows serve thousands of
+	// watchers of one chat, each of which would parse the same content).
+	enc *encodedMessage
+}
+
+// encodedMessage is a row's client encoding, made once.
+type encodedMessage struct {
+	once sync.Once
+	msg  Message
+	err  error
+}
+
+// message is the row's client encoding in chat chatID (the rows of a read
+// are all of one chat). The Message is shared: it is never modified.
+func (m msgRow) message(chatID uuid.UUID) (Message, error) {
+	if m.enc == nil {
+		return encodeMessage(chatID, m)
+	}
+	m.enc.once.Do(func() { m.enc.msg, m.enc.err = encodeMessage(chatID, m) })
+	return m.enc.msg, m.enc.err
 }
 
 func (l *Loop) sync(ctx context.Context, h *Hints) ([]Event, error) {
@@ -396,7 +418,7 @@ func scanMessages(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]ms
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (msgRow, error) {
-		var m msgRow
+		m := msgRow{enc: new(encodedMessage)}
 		err := r.Scan(&m.ID, &m.Role, &m.Content, &m.Visibility, &m.Deleted, &m.QueuedMessageID,
 			&m.Revision, &m.Usage, &m.CreatedAt.Time)
 		return m, err
@@ -703,7 +725,7 @@ func (l *Loop) syncMessages(em *emitter, db dbState) (knownUpdate, error) {
 			if m.ID <= after {
 				continue
 			}
-			msg, err := encodeMessage(l.chatID, m)
+			msg, err := m.message(l.chatID)
 			if err != nil {
 				return ku, err
 			}
@@ -726,7 +748,7 @@ func (l *Loop) syncMessages(em *emitter, db dbState) (knownUpdate, error) {
 			ku.set = append(ku.set, [2]int64{m.ID, m.Revision})
 			continue
 		}
-		msg, err := encodeMessage(l.chatID, m)
+		msg, err := m.message(l.chatID)
 		if err != nil {
 			return ku, err
 		}
