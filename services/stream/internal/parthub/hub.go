@@ -390,33 +390,33 @@ func (s *Sub) Ready() <-chan struct{} {
 		return nil
 	case s.seen == nil:
 		return readyNow
-	case !s.seen.selected || s.seen.ep != s.ep:
+	case !s.follows(s.seen):
 		return s.seen.moved // nothing for this loop until the upstream moves
 	}
 	return s.seen.changed
 }
+
+// follows reports whether view v follows the episode s selected.
+func (s *Sub) follows(v *view) bool { return v.selected && v.ep == s.ep }
 
 // Pending reports whether Ready's channel is ready now, without a channel
 // operation: a loop asks after every input whether more is waiting, and
 // the view's channel is shared by every loop of the chat, so a select on
 // it from thousands of loops contends on its lock.
 func (s *Sub) Pending() bool {
-	switch {
-	case s.again:
+	switch s.Ready() {
+	case readyNow:
 		return true
-	case s.up == nil:
+	case nil:
 		return false
-	case s.seen == nil:
-		return true
 	}
+	// Ready's channel is the seen view's changed (closed once the view is
+	// replaced) or moved (closed once a view of another episode is).
 	v := s.up.view.Load()
-	if v == s.seen {
-		return false
+	if s.follows(s.seen) {
+		return v != s.seen
 	}
-	if !s.seen.selected || s.seen.ep != s.ep {
-		return v.moved != s.seen.moved
-	}
-	return true
+	return v.moved != s.seen.moved
 }
 
 // Configure selects the worker and episode (a nil worker stops reading).
@@ -463,7 +463,7 @@ func (s *Sub) Take(dst []streamloop.LivePart, max int) ([]streamloop.LivePart, e
 		return dst, v.failed
 	}
 	var log []streamloop.LivePart
-	if v.selected && v.ep == s.ep {
+	if s.follows(v) {
 		log = v.log
 	}
 	end := min(int64(len(log)), s.cursor+int64(max))
