@@ -42,11 +42,45 @@ type proxy struct {
 	mu      sync.Mutex
 	open    map[*http.Request]context.CancelFunc
 	cursors []string // the Last-Event-ID of each stream request, in order
+	// events counts the SSE events the streams carried, by type: a
+	// failure says whether live parts reached the page at all.
+	events map[string]int
 	http.Handler
 }
 
+// eventCounter passes a stream's response through, counting its events.
+type eventCounter struct {
+	http.ResponseWriter
+	p *proxy
+}
+
+func (c eventCounter) Write(b []byte) (int, error) {
+	c.p.mu.Lock()
+	for _, line := range strings.Split(string(b), "\n") {
+		if typ, ok := strings.CutPrefix(line, "event: "); ok {
+			c.p.events[typ]++
+		}
+	}
+	c.p.mu.Unlock()
+	return c.ResponseWriter.Write(b)
+}
+
+func (c eventCounter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// eventCounts is how many events of each type the streams carried.
+func (p *proxy) eventCounts() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, _ := json.Marshal(p.events)
+	return string(b)
+}
+
 func newProxy(t *testing.T, st *stacktest.Stack) (*httptest.Server, *proxy) {
-	p := &proxy{open: map[*http.Request]context.CancelFunc{}}
+	p := &proxy{open: map[*http.Request]context.CancelFunc{}, events: map[string]int{}}
 	reverse := func(addr string) *httputil.ReverseProxy {
 		rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: addr})
 		rp.FlushInterval = -1
@@ -69,7 +103,7 @@ func newProxy(t *testing.T, st *stacktest.Stack) (*httptest.Server, *proxy) {
 			delete(p.open, r)
 			p.mu.Unlock()
 		}()
-		stream.ServeHTTP(w, r)
+		stream.ServeHTTP(eventCounter{ResponseWriter: w, p: p}, r)
 	})
 	p.Handler = mux
 	srv := httptest.NewServer(p)
@@ -99,6 +133,7 @@ type page struct {
 	t       *testing.T
 	ctx     context.Context
 	st      *stacktest.Stack
+	px      *proxy // the page's stream proxy, when it has one
 	mu      sync.Mutex
 	console []string
 }
@@ -194,8 +229,13 @@ func (p *page) fail(format string, args ...any) {
 	p.mu.Lock()
 	console := strings.Join(p.console, "\n")
 	p.mu.Unlock()
-	p.t.Fatalf("%s\npage: %s\nconsole:\n%s\nworker:\n%s\nstream:\n%s\napi:\n%s", fmt.Sprintf(format, args...), state, console,
-		p.st.Worker.Stderr(), p.st.StreamProcs[0].Stderr(), p.st.API.Stderr())
+	events := "(no proxy)"
+	if p.px != nil {
+		events = p.px.eventCounts()
+	}
+	p.t.Fatalf("%s\npage: %s\nstream events by type: %s\nconsole:\n%s\nworker:\n%s\nrelay:\n%s\nstream:\n%s\napi:\n%s",
+		fmt.Sprintf(format, args...), state, events, console,
+		p.st.Worker.Stderr(), p.st.Relay.Stderr(), p.st.StreamProcs[0].Stderr(), p.st.API.Stderr())
 }
 
 // exceptions lists the uncaught exceptions the page reported.

@@ -53,6 +53,7 @@ func openUI(t *testing.T) *ui {
 	st := stacktest.Start(t, 1)
 	srv, px := newProxy(t, st)
 	p := newPage(t, st)
+	p.px = px
 	p.do("open the UI", chromedp.Navigate(srv.URL+"/#token="+st.Token))
 	p.wait("the signed-in UI", `document.querySelector('[data-testid=new-chat]')?.offsetParent`)
 	require.True(t, evalJS[bool](p, `localStorage.getItem('chatd.token') === `+jsString(st.Token)+` && !location.href.includes('token')`),

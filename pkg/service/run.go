@@ -165,7 +165,16 @@ func Run(ctx context.Context, opts Options) error {
 	// error when it stopped on its own.
 	served := make(chan error, 3)
 	running := 1
-	go func() { served <- gs.Serve(glis) }()
+	go func() {
+		err := gs.Serve(glis)
+		if errors.Is(err, grpc.ErrServerStopped) {
+			// On a busy machine this goroutine may first run after the
+			// shutdown began: Serve then refuses at once, which is a
+			// requested stop, not a failure.
+			err = nil
+		}
+		served <- err
+	}()
 	if inproc != nil {
 		// Stops with gs; its result carries no news the TCP listener's lacks.
 		go func() { _ = gs.Serve(inproc) }()
