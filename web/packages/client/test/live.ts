@@ -32,8 +32,9 @@ export const tokens = (n: number) => Array.from({ length: n }, (_, i) => `tok${i
 
 /**
  * converse drives one scripted conversation that produces every stream
- * event type: a streamed reply with reasoning, a queued message, a retried
- * failure, a dynamic tool call, an edit (history_reset) and a fatal error.
+ * event type: a streamed reply with reasoning, a retried failure, a
+ * dynamic tool call with a message queued behind it, an edit
+ * (history_reset) and a fatal error.
  * events() is what the caller's stream has delivered so far.
  */
 export async function converse(client: ChatdClient, chat: { id?: string }, events: () => StreamEvent[]): Promise<void> {
@@ -45,19 +46,24 @@ export async function converse(client: ChatdClient, chat: { id?: string }, event
   // A streamed reply with reasoning (message_part, message, status).
   await client.sendMessage(chat.id!, { content: [{ type: 'text', text: '::think pondering\n::stream 12 40' }] });
   await waitFor('the reply streaming', () => count('message_part') > 3);
-  // queue_update: a message queued behind the running reply.
-  await client.sendMessage(chat.id!, { content: [{ type: 'text', text: '::reply queued one' }], busy_behavior: 'queue' });
-  await waiting('both replies', 4);
+  await waiting('the reply', 2);
   // retry + preview_reset: a retryable failure, then a reply.
   await client.sendMessage(chat.id!, { content: [{ type: 'text', text: '::fail retryable 1\n::stream 5 0' }] });
-  await waiting('the recovered reply', 6);
-  // action_required: a dynamic tool call, answered.
+  await waiting('the recovered reply', 4);
+  // action_required: a dynamic tool call. queue_update: a message sent
+  // while the chat waits for the call's result is queued, whatever the
+  // timing (a message sent while a reply streams is queued only if it
+  // arrives before the reply ends).
   await client.sendMessage(chat.id!, { content: [{ type: 'text', text: '::tool lookup {"q":"x"}' }] });
   await waitFor('the tool call', () => count('action_required') > 0 && status()?.status.status === 'requires_action');
+  const queued = await client.sendMessage(chat.id!, { content: [{ type: 'text', text: '::reply queued one' }], busy_behavior: 'queue' });
+  if (!queued.queued) throw new Error('a message sent while the chat waited for a tool result was not queued');
+  await waitFor('the queued message', () => count('queue_update') > 0);
   const call = (events().find((e) => e.type === 'action_required') as Extract<StreamEvent, { type: 'action_required' }>).action_required.tool_calls![0];
   await client.submitToolResults(chat.id!, [{ tool_call_id: call.tool_call_id, output: { answer: 42 } as never }]);
   await waitFor('the reply after the tool', () => events().some((e) => e.type === 'message' && textOf(e.message.content) === 'done'));
-  await waitFor('waiting after the tool', () => status()?.status.status === 'waiting');
+  await waitFor('the queued reply', () => events().some((e) => e.type === 'message' && textOf(e.message.content) === 'queued one'));
+  await waitFor('waiting after the tool and the queue', () => status()?.status.status === 'waiting');
   // history_reset: an edit of the first message.
   const first = events().find((e) => e.type === 'message' && e.message.role === 'user') as Extract<StreamEvent, { type: 'message' }>;
   await client.editMessage(chat.id!, String(first.message.id), { content: [{ type: 'text', text: '::stream 6 0' }] });
