@@ -86,6 +86,9 @@ type Config struct {
 	// AutoArchiveDays is how long a chat family must be idle before it is
 	// archived; 0 turns auto-archive off.
 	AutoArchiveDays int
+	// PromptCacheMB bounds the runners' shared cache of parsed messages
+	// (runner.PromptCache), in MiB of raw content; 0 turns it off.
+	PromptCacheMB int
 }
 
 // Declare adds the worker's settings to v.
@@ -117,6 +120,8 @@ func (c *Config) Declare(v *service.Vars) {
 		"Seconds a model call may wait for its first event before it is retried; 0 is no timeout.")
 	v.Int(&c.ModelIdleTimeoutSeconds, "CHATD_MODEL_IDLE_TIMEOUT_SECONDS", int(runner.DefaultStreamIdleTimeout/time.Second), 0,
 		"Seconds a model stream may go without an event after its first before the call is retried; 0 is no timeout.")
+	v.Int(&c.PromptCacheMB, "CHATD_PROMPT_CACHE_MB", runner.DefaultPromptCacheBytes>>20, 0,
+		"MiB of message content whose parsed form the worker keeps for building prompts (a step then parses only the messages it has not seen); 0 parses the whole history at every step.")
 	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
 		if c.AcquireInterval <= 0 {
@@ -124,6 +129,14 @@ func (c *Config) Declare(v *service.Vars) {
 		}
 		return nil
 	}, "CHATD_ACQUIRE_INTERVAL")
+}
+
+// promptCache is the runners' cache of parsed messages, nil when mb is 0.
+func promptCache(mb int) *runner.PromptCache {
+	if mb <= 0 {
+		return nil
+	}
+	return runner.NewPromptCache(mb << 20)
 }
 
 // Lease returns the ownership lease.
@@ -226,6 +239,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		MeterProvider:   tel.MeterProvider,
 		Experiments:     cfg.Hooks.Experiments, // chat-stage-metrics gates the stage metrics
 		Config:          cfg.RunnerConfig(),
+		Prompts:         promptCache(cfg.PromptCacheMB),
 	}, manager.Config{
 		WorkerID:      workerID,
 		Lease:         cfg.Lease(),

@@ -105,22 +105,41 @@ type History struct {
 func Analyze(msgs []queries.ChatMessage) History {
 	h := History{}
 	h.Boundary, h.BoundaryKind = LatestBoundary(msgs)
-	for _, m := range msgs[h.Boundary+1:] {
+	tail := msgs[h.Boundary+1:]
+	// Only the first and the latest usage count: each is found by
+	// decoding usages from its end of the tail, not every one of them
+	// (a decode per reply was most of a long chat's step decision).
+	first := -1
+	for i, m := range tail {
 		if h.BoundaryKind == BoundarySummarized && h.Summary == nil && m.Compressed && m.Role == chatstate.RoleTool {
 			h.Summary = summaryResult(m)
 		}
-		if m.Role != chatstate.RoleAssistant || m.Compressed {
+		if !answers(m) {
 			continue
 		}
 		h.Compactable = true
-		if n, ok := promptTokens(m.Usage); ok {
-			if !h.HasFirstUsage {
-				h.FirstPromptTokens, h.HasFirstUsage = n, true
+		if first < 0 {
+			if n, ok := promptTokens(m.Usage); ok {
+				h.FirstPromptTokens, h.HasFirstUsage, first = n, true, i
 			}
+		}
+	}
+	for i := len(tail) - 1; first >= 0 && i >= first; i-- {
+		if !answers(tail[i]) {
+			continue
+		}
+		if n, ok := promptTokens(tail[i].Usage); ok {
 			h.LatestPromptTokens, h.HasLatestUsage = n, true
+			break
 		}
 	}
 	return h
+}
+
+// answers reports whether m is a model reply that counts toward the
+// history's usage: an assistant message not folded into a summary.
+func answers(m queries.ChatMessage) bool {
+	return m.Role == chatstate.RoleAssistant && !m.Compressed
 }
 
 func summaryResult(m queries.ChatMessage) *SummaryResult {

@@ -2,6 +2,7 @@ package compaction_test
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -117,5 +118,58 @@ func TestTranscriptQuotesDirectives(t *testing.T) {
 	require.NoError(t, err)
 	for _, line := range strings.Split(text, "\n") {
 		require.False(t, strings.HasPrefix(strings.TrimSpace(line), "::"), "line %q reads as a directive", line)
+	}
+}
+
+// usageReference is Analyze's usage reading as first written: every usage
+// after the boundary decoded in order. Analyze decodes from both ends
+// instead and must agree with it on any history.
+func usageReference(msgs []queries.ChatMessage) compaction.History {
+	var h compaction.History
+	b, _ := compaction.LatestBoundary(msgs)
+	for _, m := range msgs[b+1:] {
+		if m.Role != chatstate.RoleAssistant || m.Compressed {
+			continue
+		}
+		h.Compactable = true
+		var u struct {
+			PromptTokens *int64 `json:"prompt_tokens"`
+		}
+		if len(m.Usage) > 0 && json.Unmarshal(m.Usage, &u) == nil && u.PromptTokens != nil {
+			if !h.HasFirstUsage {
+				h.FirstPromptTokens, h.HasFirstUsage = *u.PromptTokens, true
+			}
+			h.LatestPromptTokens, h.HasLatestUsage = *u.PromptTokens, true
+		}
+	}
+	return h
+}
+
+func TestAnalyzeUsageAgreesWithReadingEveryUsage(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	usages := []json.RawMessage{nil, json.RawMessage(`{"output_tokens":3}`), json.RawMessage(`not json`), nil}
+	for n := range 2000 {
+		var ms []chatstate.NewMessage
+		for range rng.IntN(12) {
+			switch rng.IntN(6) {
+			case 0:
+				ms = append(ms, user("u"))
+			case 1:
+				ms = append(ms, summary("s", 70)...)
+			default:
+				a := assistant("a", rng.IntN(10000))
+				if k := rng.IntN(8); k < len(usages) {
+					a.Usage = usages[k]
+				}
+				a.Compressed = rng.IntN(5) == 0
+				ms = append(ms, a)
+			}
+		}
+		msgs := rows(ms...)
+		got, want := compaction.Analyze(msgs), usageReference(msgs)
+		require.Equal(t, want.Compactable, got.Compactable, "history %d", n)
+		require.Equal(t, [2]bool{want.HasFirstUsage, want.HasLatestUsage}, [2]bool{got.HasFirstUsage, got.HasLatestUsage}, "history %d", n)
+		require.Equal(t, [2]int64{want.FirstPromptTokens, want.LatestPromptTokens}, [2]int64{got.FirstPromptTokens, got.LatestPromptTokens}, "history %d", n)
 	}
 }

@@ -97,6 +97,9 @@ type Deps struct {
 	// OpenModel builds the model of a provider's model config; llm.Open
 	// when nil. Tests wrap it to count or hold model calls.
 	OpenModel func(modelconfig.Provider, modelconfig.ModelConfig) (llm.Model, error)
+	// Prompts keeps the parsed messages prompts are built from, shared by
+	// the worker's runners; nil parses the whole history at every step.
+	Prompts *PromptCache
 }
 
 // Spec identifies one runner.

@@ -65,7 +65,7 @@ func TestPromptAfterCompaction(t *testing.T) {
 	replay, err := compaction.Replay(msgs[2:3])
 	require.NoError(t, err)
 	msgs = append(msgs, withIDs(20, replay)...)
-	req, err := buildRequest(queries.Chat{}, msgs, nil)
+	req, err := buildRequest(nil, queries.Chat{}, msgs, nil)
 	require.NoError(t, err)
 	require.Len(t, req.Messages, 2)
 	require.Equal(t, compaction.SummaryPrefix+"the summary", chatmsg.Content(req.Messages[0].Parts).PlainText())

@@ -270,7 +270,7 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 		prepare.End(stageError(ctx, err))
 		return false, err
 	}
-	req, err := buildRequest(p.chat, p.msgs, tb.Specs())
+	req, err := buildRequest(r.deps.Prompts, p.chat, p.msgs, tb.Specs())
 	if err != nil {
 		prepare.End(err)
 		return false, r.finishError(ctx, in, err.Error())

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/llm"
@@ -22,7 +21,7 @@ func modelVisible(m queries.ChatMessage) bool {
 // included, plus the system rows before it.
 func promptRows(msgs []queries.ChatMessage) []queries.ChatMessage {
 	start, _ := compaction.LatestBoundary(msgs) // -1 without one: every row
-	var out []queries.ChatMessage
+	out := make([]queries.ChatMessage, 0, len(msgs))
 	for i, m := range msgs {
 		if !modelVisible(m) || (i < start && m.Role != chatstate.RoleSystem) {
 			continue
@@ -68,25 +67,19 @@ func stepsInTurn(msgs []queries.ChatMessage) int {
 // leaves the turn incomplete, while model-only post_compact context reaches
 // the model without resuming generation (stophooks.go, hookRow).
 func turnComplete(msgs []queries.ChatMessage, maxSteps int) bool {
-	var rows []queries.ChatMessage
-	for _, m := range msgs {
-		switch {
-		case m.Compressed:
-		case m.Visibility != chatstate.VisibleToBoth && hookRow(m, HookPostCompact):
-			if m.Visibility == chatstate.VisibleToUser {
-				rows = append(rows, m)
-			}
-		case modelVisible(m):
-			rows = append(rows, m)
-		}
-	}
-	for i := len(rows) - 1; i >= 0; i-- {
-		switch {
-		case rows[i].Visibility == chatstate.VisibleToUser:
-			// A post_compact notice (a system row): the turn answers it.
-		case rows[i].Role == chatstate.RoleSystem:
+	// From the newest row back: only the last row the turn answers decides
+	// (no copy of the whole history per step).
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := msgs[i]
+		if !turnRow(m) {
 			continue
-		case rows[i].Role == chatstate.RoleAssistant:
+		}
+		switch {
+		case m.Visibility == chatstate.VisibleToUser:
+			// A post_compact notice (a system row): the turn answers it.
+		case m.Role == chatstate.RoleSystem:
+			continue
+		case m.Role == chatstate.RoleAssistant:
 			return true
 		}
 		return stepsInTurn(msgs) >= maxSteps
@@ -94,7 +87,18 @@ func turnComplete(msgs []queries.ChatMessage, maxSteps int) bool {
 	return true // nothing to answer
 }
 
-// turnStart is when the current turn's prompt row was written.
+// turnRow reports whether turnComplete weighs m: a model-visible row, or a
+// post_compact notice the user sees; never a row folded into a summary.
+func turnRow(m queries.ChatMessage) bool {
+	switch {
+	case m.Compressed:
+		return false
+	case m.Visibility != chatstate.VisibleToBoth && hookRow(m, HookPostCompact):
+		return m.Visibility == chatstate.VisibleToUser
+	}
+	return modelVisible(m)
+}
+
 func turnStart(msgs []queries.ChatMessage) (time.Time, bool) {
 	i := turnPrompt(msgs)
 	if i < 0 {
@@ -130,14 +134,16 @@ var llmRoles = map[queries.ChatMessageRole]llm.Role{
 // buildRequest assembles the model call for chat's active history msgs.
 // A root chat in a project gets the memory guidance block after its
 // system prompt (spec "Project memory").
-func buildRequest(chat queries.Chat, msgs []queries.ChatMessage, tools []llm.ToolSpec) (llm.Request, error) {
+func buildRequest(cache *PromptCache, chat queries.Chat, msgs []queries.ChatMessage, tools []llm.ToolSpec) (llm.Request, error) {
 	req := llm.Request{System: memory.WithGuidance(chat.SystemPrompt, chat), Attempt: int(chat.GenerationAttempt)}
-	for _, m := range promptRows(msgs) {
-		content, err := chatmsg.ParseContent(m.Content)
+	rows := promptRows(msgs)
+	req.Messages = make([]llm.Message, 0, len(rows))
+	for _, m := range rows {
+		content, err := cache.modelParts(m)
 		if err != nil {
 			return llm.Request{}, fmt.Errorf("error reading message %d: %w", m.ID, err)
 		}
-		if content = content.ForModel(); len(content) == 0 {
+		if len(content) == 0 {
 			continue // e.g. a prompt's hook notice only
 		}
 		req.Messages = append(req.Messages, llm.Message{Role: llmRoles[m.Role], Parts: content})

@@ -75,7 +75,7 @@ func TestBuildRequest(t *testing.T) {
 		row(2, chatstate.RoleAssistant, both, false), // empty content is skipped
 		row(3, chatstate.RoleAssistant, both, false, chatmsg.Text("yo")),
 	}
-	req, err := buildRequest(chat, msgs, nil)
+	req, err := buildRequest(nil, chat, msgs, nil)
 	require.NoError(t, err)
 	require.Equal(t, "be brief", req.System)
 	require.Equal(t, 3, req.Attempt)
