@@ -71,6 +71,9 @@ type harness struct {
 	org     uuid.UUID
 	user    uuid.UUID
 	worker  uuid.UUID
+	// history is the machine's HistoryCache, nil for a machine without
+	// one (newCachedHarness).
+	history *chatstate.HistoryCache
 }
 
 func newHarness(t testing.TB) *harness {

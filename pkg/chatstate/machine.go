@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,6 +34,10 @@ type Config struct {
 	// every chat it changed; notifications are published from here, after
 	// commit only. Rejected or failed bundles never call it.
 	AfterCommit func(ctx context.Context, snapshots []Snapshot)
+	// History, when set, keeps the chats' active histories between
+	// bundles so that a bundle reads only what changed (HistoryCache). Nil
+	// reads the whole history every time.
+	History *HistoryCache
 	// OwnerLease is how long an owner's heartbeat stays fresh, for
 	// Snapshot.OwnerStale. Default DefaultOwnerLease.
 	OwnerLease time.Duration
@@ -223,6 +228,9 @@ type Tx struct {
 	// openCalls caches OpenToolCalls until the next write to history.
 	openCalls []OpenToolCall
 	openRead  bool
+	// historyWritten: the bundle wrote chat_messages, so what it reads of
+	// history is not committed yet (HistoryCache).
+	historyWritten bool
 	// freshRunner is the runner whose heartbeat this bundle inserted
 	// (Acquire): its lease is fresh by construction.
 	freshRunner *uuid.UUID
@@ -237,7 +245,7 @@ func (tx *Tx) setChat(row queries.Chat) {
 // wroteHistory notes a write to chat_messages: its trigger moved the chat
 // row's history_version, and the open tool calls may have changed.
 func (tx *Tx) wroteHistory() {
-	tx.rowFresh = false
+	tx.rowFresh, tx.historyWritten = false, true
 	tx.openRead, tx.openCalls = false, nil
 }
 
@@ -272,9 +280,10 @@ func (tx *Tx) Now() time.Time { return tx.now }
 func (tx *Tx) snapshot() Snapshot { return Snapshot{Chat: tx.chat, QueueLen: tx.queueLen} }
 
 // ActiveMessages lists the chat's non-deleted messages, oldest first, read
-// inside the bundle.
+// inside the bundle (through the Machine's HistoryCache when it has one).
+// The slice is the caller's.
 func (tx *Tx) ActiveMessages(ctx context.Context) ([]queries.ChatMessage, error) {
-	msgs, err := tx.q.ChatMessageListActive(ctx, tx.chat.ID)
+	msgs, err := tx.activeMessages(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list messages of chat %s: %w", tx.chat.ID, err)
 	}
@@ -284,6 +293,39 @@ func (tx *Tx) ActiveMessages(ctx context.Context) ([]queries.ChatMessage, error)
 		if open, ok := openToolCallsIn(msgs); ok {
 			tx.openCalls, tx.openRead = open, true
 		}
+	}
+	return msgs, nil
+}
+
+// activeMessages reads the active history, from the HistoryCache's entry
+// for the chat and the rows changed since when there is one. A locked
+// bundle that has not moved the history itself reads committed history at
+// the chat's history_version: that reading is stored (history_cache.go).
+func (tx *Tx) activeMessages(ctx context.Context) ([]queries.ChatMessage, error) {
+	cache := tx.m.cfg.History
+	if cache == nil || tx.readOnly {
+		return tx.q.ChatMessageListActive(ctx, tx.chat.ID)
+	}
+	version := tx.chat.HistoryVersion
+	committed := !tx.historyWritten && version < tx.chat.SnapshotVersion
+	e, ok := cache.get(tx.chat.ID)
+	if !ok || e.version > version {
+		msgs, err := tx.q.ChatMessageListActive(ctx, tx.chat.ID)
+		if err == nil && committed {
+			cache.put(tx.chat.ID, version, slices.Clone(msgs))
+		}
+		return msgs, err
+	}
+	if committed && e.version == version {
+		return slices.Clone(e.rows), nil
+	}
+	changed, err := tx.q.ChatMessageListChangedSince(ctx, queries.ChatMessageListChangedSinceParams{ChatID: tx.chat.ID, Since: e.version})
+	if err != nil {
+		return nil, err
+	}
+	msgs := mergeHistory(e.rows, changed)
+	if committed {
+		cache.put(tx.chat.ID, version, slices.Clone(msgs))
 	}
 	return msgs, nil
 }

@@ -3,6 +3,7 @@ package chatstate_test
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"reflect"
 	"strconv"
@@ -146,6 +147,9 @@ func step(rt *rapid.T, h *harness, id uuid.UUID, model *refModel, ops []op, cov 
 	got := h.loadModel(id)
 	if !equalModels(*model, got) {
 		rt.Fatalf("step %d %v: model and Postgres disagree\nmodel:    %+v\npostgres: %+v", i, ops, model.norm(), got.norm())
+	}
+	if h.history != nil && model.exists {
+		h.checkCachedHistory(rt, id, fmt.Sprintf("step %d %v", i, ops))
 	}
 }
 

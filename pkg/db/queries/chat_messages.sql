@@ -14,6 +14,13 @@ SELECT * FROM chat_messages WHERE chat_id = @chat_id AND id = @id;
 -- name: ChatMessageListActive :many
 SELECT * FROM chat_messages WHERE chat_id = @chat_id AND NOT deleted ORDER BY id;
 
+-- name: ChatMessageListChangedSince :many
+-- Every message written after history version @since, deleted ones
+-- included: a message's revision is the snapshot_version of the bundle
+-- that last wrote it, so these rows are exactly what a reader holding the
+-- active history as of @since applies to catch up (chatstate.HistoryCache).
+SELECT * FROM chat_messages WHERE chat_id = @chat_id AND revision > @since ORDER BY id;
+
 -- name: ChatMessageListAll :many
 SELECT * FROM chat_messages WHERE chat_id = @chat_id ORDER BY id;
 

@@ -187,6 +187,55 @@ func (q *Queries) ChatMessageListAll(ctx context.Context, chatID uuid.UUID) ([]C
 	return items, nil
 }
 
+const chatMessageListChangedSince = `-- name: ChatMessageListChangedSince :many
+SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id FROM chat_messages WHERE chat_id = $1 AND revision > $2 ORDER BY id
+`
+
+type ChatMessageListChangedSinceParams struct {
+	ChatID uuid.UUID
+	Since  int64
+}
+
+// Every message written after history version @since, deleted ones
+// included: a message's revision is the snapshot_version of the bundle
+// that last wrote it, so these rows are exactly what a reader holding the
+// active history as of @since applies to catch up (chatstate.HistoryCache).
+func (q *Queries) ChatMessageListChangedSince(ctx context.Context, arg ChatMessageListChangedSinceParams) ([]ChatMessage, error) {
+	rows, err := q.db.Query(ctx, chatMessageListChangedSince, arg.ChatID, arg.Since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChatMessage
+	for rows.Next() {
+		var i ChatMessage
+		if err := rows.Scan(
+			&i.ID,
+			&i.ChatID,
+			&i.Role,
+			&i.Content,
+			&i.Visibility,
+			&i.Compressed,
+			&i.Deleted,
+			&i.QueuedMessageID,
+			&i.Revision,
+			&i.ModelConfigID,
+			&i.ReasoningEffort,
+			&i.Usage,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.TurnID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const chatMessageListVisible = `-- name: ChatMessageListVisible :many
 SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id FROM chat_messages
 WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model'

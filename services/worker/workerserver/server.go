@@ -89,6 +89,9 @@ type Config struct {
 	// PromptCacheMB bounds the runners' shared cache of parsed messages
 	// (runner.PromptCache), in MiB of raw content; 0 turns it off.
 	PromptCacheMB int
+	// HistoryCacheMB bounds the bundles' cache of chats' active histories
+	// (chatstate.HistoryCache), in MiB of rows; 0 turns it off.
+	HistoryCacheMB int
 }
 
 // Declare adds the worker's settings to v.
@@ -122,6 +125,8 @@ func (c *Config) Declare(v *service.Vars) {
 		"Seconds a model stream may go without an event after its first before the call is retried; 0 is no timeout.")
 	v.Int(&c.PromptCacheMB, "CHATD_PROMPT_CACHE_MB", runner.DefaultPromptCacheBytes>>20, 0,
 		"MiB of message content whose parsed form the worker keeps for building prompts (a step then parses only the messages it has not seen); 0 parses the whole history at every step.")
+	v.Int(&c.HistoryCacheMB, "CHATD_HISTORY_CACHE_MB", chatstate.DefaultHistoryCacheBytes>>20, 0,
+		"MiB of message rows the worker keeps of the chats it runs, so a step decision reads only the messages written since its last (exact: the rows' revisions say what changed); 0 reads the whole history at every step.")
 	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
 		if c.AcquireInterval <= 0 {
@@ -129,6 +134,14 @@ func (c *Config) Declare(v *service.Vars) {
 		}
 		return nil
 	}, "CHATD_ACQUIRE_INTERVAL")
+}
+
+// historyCache is the bundles' cache of active histories, nil when mb is 0.
+func historyCache(mb int) *chatstate.HistoryCache {
+	if mb <= 0 {
+		return nil
+	}
+	return chatstate.NewHistoryCache(mb << 20)
 }
 
 // promptCache is the runners' cache of parsed messages, nil when mb is 0.
@@ -220,7 +233,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 
 	clock := clockwork.NewRealClock()
-	machine := chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, log).AfterCommit, OwnerLease: cfg.Lease()})
+	machine := chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, log).AfterCommit, OwnerLease: cfg.Lease(), History: historyCache(cfg.HistoryCacheMB)})
 	parts := partbuf.New(partbuf.Options{Clock: clock})
 	defer parts.Close()
 
