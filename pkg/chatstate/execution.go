@@ -37,13 +37,22 @@ func (tx *Tx) carry(status Status) execution {
 }
 
 func (tx *Tx) write(ctx context.Context, e execution) error {
+	row, err := tx.q.ChatSetExecution(ctx, tx.executionParams(e))
+	if err != nil {
+		return fmt.Errorf("write execution state of chat %s: %w", tx.chat.ID, err)
+	}
+	tx.setChat(row)
+	return nil
+}
+
+func (tx *Tx) executionParams(e execution) queries.ChatSetExecutionParams {
 	if e.status != StatusError {
 		e.lastError = nil // leaving E0/E1 clears last_error
 	}
 	if e.status != StatusRequiresAction {
 		e.deadline = nil
 	}
-	row, err := tx.q.ChatSetExecution(ctx, queries.ChatSetExecutionParams{
+	return queries.ChatSetExecutionParams{
 		ID:                       tx.chat.ID,
 		Status:                   e.status,
 		LastError:                e.lastError,
@@ -52,10 +61,5 @@ func (tx *Tx) write(ctx context.Context, e execution) error {
 		ModelConfigID:            e.modelConfigID,
 		ReasoningEffort:          e.reasoningEffort,
 		Now:                      tx.now,
-	})
-	if err != nil {
-		return fmt.Errorf("write execution state of chat %s: %w", tx.chat.ID, err)
 	}
-	tx.setChat(row)
-	return nil
 }

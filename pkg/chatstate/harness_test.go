@@ -74,6 +74,11 @@ type harness struct {
 	// history is the machine's HistoryCache, nil for a machine without
 	// one (newCachedHarness).
 	history *chatstate.HistoryCache
+	checks  int // checkCachedHistory calls
+	// opts open the bundles of applyDB and applyBundleDB: the property
+	// walks draw them, so every transition runs with and without the
+	// reads a bundle may take with its lock.
+	opts []chatstate.BundleOption
 }
 
 func newHarness(t testing.TB) *harness {

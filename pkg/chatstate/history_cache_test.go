@@ -32,7 +32,7 @@ func newCachedHarness(t testing.TB, maxBytes int) *harness {
 
 // cachedHistory reads chat id's active history in a bundle of h's machine
 // that then rolls back.
-func (h *harness) cachedHistory(id uuid.UUID) ([]queries.ChatMessage, error) {
+func (h *harness) cachedHistory(id uuid.UUID, opts ...chatstate.BundleOption) ([]queries.ChatMessage, error) {
 	var msgs []queries.ChatMessage
 	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
 		var err error
@@ -40,23 +40,33 @@ func (h *harness) cachedHistory(id uuid.UUID) ([]queries.ChatMessage, error) {
 			return err
 		}
 		return errReadDone
-	})
+	}, opts...)
 	if !errors.Is(err, errReadDone) {
 		return nil, fmt.Errorf("read history of chat %s: %w", id, err)
 	}
 	return msgs, nil
 }
 
-// checkCachedHistory requires two readings through the cache (the second
-// finds the chat unchanged) to equal the active history read from
-// Postgres.
+// checkCachedHistory requires three readings through the cache, one of
+// them read with the lock (WithActiveMessages), first or second by turns,
+// to equal the active history read from Postgres: the first catches up
+// with what changed, the others find the chat unchanged.
 func (h *harness) checkCachedHistory(t interface{ Fatalf(string, ...any) }, id uuid.UUID, where string) {
 	want, err := queries.New(h.pool).ChatMessageListActive(h.ctx, id)
 	if err != nil {
 		t.Fatalf("%s: list active history: %v", where, err)
 	}
-	for _, reading := range []string{"first", "second"} {
-		got, err := h.cachedHistory(id)
+	h.checks++
+	readings := []string{"plain", "with the lock", "plain"}
+	if h.checks%2 == 0 {
+		readings[0], readings[1] = readings[1], readings[0]
+	}
+	for _, reading := range readings {
+		var opts []chatstate.BundleOption
+		if reading == "with the lock" {
+			opts = append(opts, chatstate.WithActiveMessages())
+		}
+		got, err := h.cachedHistory(id, opts...)
 		if err != nil {
 			t.Fatalf("%s: %v", where, err)
 		}

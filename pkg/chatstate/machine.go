@@ -91,10 +91,13 @@ type Result struct {
 // Update runs fn as one transition bundle on chat id: one transaction that
 // locks the chat row and advances snapshot_version exactly once before fn
 // mutates anything, then commits. If fn returns an error, nothing changes.
-func (m *Machine) Update(ctx context.Context, id uuid.UUID, fn func(*Tx) error) (Result, error) {
+//
+// Options name what fn is sure to read, so the bundle's first round trip
+// reads it with the lock.
+func (m *Machine) Update(ctx context.Context, id uuid.UUID, fn func(*Tx) error, opts ...BundleOption) (Result, error) {
 	var res Result
 	err := m.inTx(ctx, func(ptx pgx.Tx) error {
-		tx, err := m.lock(ctx, ptx, id)
+		tx, err := m.lock(ctx, ptx, id, opts...)
 		if err != nil {
 			return err
 		}
@@ -183,19 +186,58 @@ func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	return nil
 }
 
+// BundleOption adds a read to a bundle's first round trip (Update).
+type BundleOption func(*queries.BundleOpening)
+
+// WithOpenToolCalls reads the open tool calls with the lock, for a bundle
+// that will ask for them (a user message answers them first): Tx.OpenToolCalls
+// then needs no round trip of its own.
+func WithOpenToolCalls() BundleOption {
+	return func(o *queries.BundleOpening) { o.ReadOpenToolCalls = true }
+}
+
+// WithActiveMessages reads the active history with the lock (the rows
+// changed since the HistoryCache's reading when it has one), for a bundle
+// that will ask for it before writing any: a worker's Acquire bundle,
+// which decides the first step. Tx.ActiveMessages then needs no round
+// trip of its own.
+func WithActiveMessages() BundleOption {
+	return func(o *queries.BundleOpening) { o.ReadMessages = true }
+}
+
 // lock opens a bundle on one chat: the row lock and the snapshot bump.
-func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID) (*Tx, error) {
+func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID, opts ...BundleOption) (*Tx, error) {
 	q := queries.New(ptx)
-	// The lock and the queue count in one round trip, still two
-	// statements (queries.ChatLockAndQueueLen).
-	chat, row, err := queries.ChatLockAndQueueLen(ctx, ptx, id)
+	// The lock, the queue count and what opts ask for in one round trip,
+	// still separate statements (queries.OpenBundle).
+	var o queries.BundleOpening
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var base *historyEntry // what the prefetched rows apply to
+	if o.ReadMessages && m.cfg.History != nil {
+		if e, ok := m.cfg.History.get(id); ok {
+			base, o.MessagesSince = &e, &e.version
+		}
+	}
+	err := queries.OpenBundle(ctx, ptx, id, &o)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("lock chat %s: %w", id, ErrChatNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("lock chat %s: %w", id, err)
 	}
-	return &Tx{m: m, q: q, chat: chat, queueLen: row.QueueLen, now: m.now(row.Now)}, nil
+	tx := &Tx{m: m, q: q, chat: o.Chat, queueLen: o.Queue.QueueLen, now: m.now(o.Queue.Now)}
+	if o.ReadMessages {
+		tx.prefetched = &prefetchedHistory{base: base, rows: o.Messages}
+	}
+	if o.ReadOpenToolCalls {
+		tx.openCalls, tx.openRead = make([]OpenToolCall, len(o.OpenToolCalls)), true
+		for i, r := range o.OpenToolCalls {
+			tx.openCalls[i] = OpenToolCall{MessageID: r.MessageID, ToolCallID: r.ToolCallID, ToolName: r.ToolName}
+		}
+	}
+	return tx, nil
 }
 
 // now is a bundle's clock reading: the injected clock's, else Postgres's
@@ -231,6 +273,9 @@ type Tx struct {
 	// historyWritten: the bundle wrote chat_messages, so what it reads of
 	// history is not committed yet (HistoryCache).
 	historyWritten bool
+	// prefetched is the history read with the lock (WithActiveMessages),
+	// good until the bundle writes history.
+	prefetched *prefetchedHistory
 	// freshRunner is the runner whose heartbeat this bundle inserted
 	// (Acquire): its lease is fresh by construction.
 	freshRunner *uuid.UUID
@@ -302,6 +347,9 @@ func (tx *Tx) ActiveMessages(ctx context.Context) ([]queries.ChatMessage, error)
 // bundle that has not moved the history itself reads committed history at
 // the chat's history_version: that reading is stored (history_cache.go).
 func (tx *Tx) activeMessages(ctx context.Context) ([]queries.ChatMessage, error) {
+	if pre := tx.prefetched; pre != nil && !tx.historyWritten && (pre.base == nil || pre.base.version <= tx.chat.HistoryVersion) {
+		return tx.applyPrefetched(pre), nil
+	}
 	cache := tx.m.cfg.History
 	if cache == nil || tx.readOnly {
 		return tx.q.ChatMessageListActive(ctx, tx.chat.ID)
@@ -328,6 +376,27 @@ func (tx *Tx) activeMessages(ctx context.Context) ([]queries.ChatMessage, error)
 		cache.put(tx.chat.ID, version, slices.Clone(msgs))
 	}
 	return msgs, nil
+}
+
+// prefetchedHistory is what the bundle's first round trip read of the
+// history: the active rows, or with base the rows changed since base.
+type prefetchedHistory struct {
+	base *historyEntry
+	rows []queries.ChatMessage
+}
+
+// applyPrefetched is the active history from what the lock's round trip
+// read, before the bundle wrote any: committed history at the chat's
+// history_version, stored in the HistoryCache.
+func (tx *Tx) applyPrefetched(pre *prefetchedHistory) []queries.ChatMessage {
+	msgs := slices.Clone(pre.rows)
+	if pre.base != nil {
+		msgs = mergeHistory(pre.base.rows, pre.rows)
+	}
+	if cache := tx.m.cfg.History; cache != nil && tx.chat.HistoryVersion < tx.chat.SnapshotVersion {
+		cache.put(tx.chat.ID, tx.chat.HistoryVersion, slices.Clone(msgs))
+	}
+	return msgs
 }
 
 // QueuedMessages lists the chat's queue, head first, read inside the bundle.

@@ -80,12 +80,20 @@ func (tx *Tx) insertMessage(ctx context.Context, m NewMessage, queuedID *int64) 
 
 // insertRow inserts m as one row.
 func (tx *Tx) insertRow(ctx context.Context, m NewMessage, queuedID *int64) (queries.ChatMessage, error) {
+	tx.wroteHistory()
+	row, err := tx.q.ChatMessageInsert(ctx, tx.insertParams(m, queuedID))
+	if err != nil {
+		return queries.ChatMessage{}, fmt.Errorf("insert %s message into chat %s: %w", m.Role, tx.chat.ID, err)
+	}
+	return row, nil
+}
+
+func (tx *Tx) insertParams(m NewMessage, queuedID *int64) queries.ChatMessageInsertParams {
 	vis := m.Visibility
 	if vis == "" {
 		vis = VisibleToBoth
 	}
-	tx.wroteHistory()
-	row, err := tx.q.ChatMessageInsert(ctx, queries.ChatMessageInsertParams{
+	return queries.ChatMessageInsertParams{
 		ChatID:          tx.chat.ID,
 		Role:            m.Role,
 		Content:         m.Content.Marshal(),
@@ -98,11 +106,7 @@ func (tx *Tx) insertRow(ctx context.Context, m NewMessage, queuedID *int64) (que
 		CreatedBy:       m.CreatedBy,
 		CreatedAt:       tx.now,
 		TurnID:          m.TurnID,
-	})
-	if err != nil {
-		return queries.ChatMessage{}, fmt.Errorf("insert %s message into chat %s: %w", m.Role, tx.chat.ID, err)
 	}
-	return row, nil
 }
 
 func (tx *Tx) insertMessages(ctx context.Context, ms []NewMessage) ([]queries.ChatMessage, error) {
@@ -172,6 +176,25 @@ func (tx *Tx) insertUserTurn(ctx context.Context, m NewMessage, queuedID *int64,
 	}
 	row, err := tx.insertMessage(ctx, m, queuedID)
 	return closed, row, err
+}
+
+// startTurn is insertUserTurn then write(e), the message's insert and the
+// execution write sent together (one round trip) once the open calls are
+// answered.
+func (tx *Tx) startTurn(ctx context.Context, m NewMessage, reason string, e execution) (queries.ChatMessage, error) {
+	if _, err := tx.closeOpenToolCalls(ctx, reason); err != nil {
+		return queries.ChatMessage{}, err
+	}
+	if err := m.validate(); err != nil {
+		return queries.ChatMessage{}, err
+	}
+	tx.wroteHistory()
+	row, chat, err := tx.q.ChatMessageInsertAndSetExecution(ctx, tx.insertParams(m, nil), tx.executionParams(e))
+	if err != nil {
+		return queries.ChatMessage{}, fmt.Errorf("start a turn in chat %s: %w", tx.chat.ID, err)
+	}
+	tx.setChat(chat)
+	return row, nil
 }
 
 // promote moves queued message q into history as a user turn. The queue row

@@ -445,7 +445,7 @@ func (h *harness) applyDB(id uuid.UUID, o op) (newQueuedID int64, err error) {
 		var err error
 		newQueuedID, err = h.applyTx(tx, o)
 		return err
-	})
+	}, h.opts...)
 	return newQueuedID, err
 }
 
@@ -461,7 +461,7 @@ func (h *harness) applyBundleDB(id uuid.UUID, ops []op) ([]int64, error) {
 			}
 		}
 		return nil
-	})
+	}, h.opts...)
 	return ids, err
 }
 

@@ -115,6 +115,13 @@ func equalModels(a, b refModel) bool { return reflect.DeepEqual(a.norm(), b.norm
 // change nothing. Then both must agree.
 func step(rt *rapid.T, h *harness, id uuid.UUID, model *refModel, ops []op, cov *coverage, i int) {
 	var want, err error
+	h.opts = h.opts[:0]
+	if rapid.Bool().Draw(rt, "withOpenToolCalls") {
+		h.opts = append(h.opts, chatstate.WithOpenToolCalls())
+	}
+	if rapid.Bool().Draw(rt, "withActiveMessages") {
+		h.opts = append(h.opts, chatstate.WithActiveMessages())
+	}
 	ids := make([]int64, 1)
 	if len(ops) == 1 {
 		want = model.predict(ops[0])

@@ -52,15 +52,12 @@ func (tx *Tx) SendMessage(ctx context.Context, m NewMessage, behavior BusyBehavi
 	var res SendMessageResult
 	switch from {
 	case W, E0:
-		_, row, err := tx.insertUserTurn(ctx, m, nil, ReasonNewUserMessage)
+		e := execution{status: StatusRunning, modelConfigID: m.ModelConfigID, reasoningEffort: m.ReasoningEffort}
+		row, err := tx.startTurn(ctx, m, ReasonNewUserMessage, e)
 		if err != nil {
 			return res, err
 		}
 		res.Message, res.Messages = &row, []queries.ChatMessage{row}
-		e := execution{status: StatusRunning, modelConfigID: m.ModelConfigID, reasoningEffort: m.ReasoningEffort}
-		if err := tx.write(ctx, e); err != nil {
-			return res, err
-		}
 	case E1:
 		// Append to the tail, promote the current head, clear the error.
 		if err := tx.queueInto(ctx, m, &res); err != nil {

@@ -187,7 +187,7 @@ func (s *Server) readChat(ctx context.Context, c auth.Claims, rawID string) (que
 
 // update runs fn as one transition bundle on a chat the caller owns; the
 // owner check happens under the bundle's row lock, before any mutation.
-func (s *Server) update(ctx context.Context, c auth.Claims, rawID string, fn func(*chatstate.Tx) error) (chatstate.Result, error) {
+func (s *Server) update(ctx context.Context, c auth.Claims, rawID string, fn func(*chatstate.Tx) error, opts ...chatstate.BundleOption) (chatstate.Result, error) {
 	id, err := parseID("chat_id", rawID)
 	if err != nil {
 		return chatstate.Result{}, err
@@ -197,7 +197,7 @@ func (s *Server) update(ctx context.Context, c auth.Claims, rawID string, fn fun
 			return errNotYours
 		}
 		return fn(tx)
-	})
+	}, opts...)
 	if err != nil {
 		return res, s.fail(ctx, err)
 	}

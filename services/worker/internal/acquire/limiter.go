@@ -44,33 +44,59 @@ func LockLimiter(ctx context.Context, q *queries.Queries, timeout time.Duration)
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	err := q.ChatLimiterLock(ctx, queries.ChatLimiterLockParams{LockKey: LimiterLockKey, LockTimeout: fmt.Sprintf("%dms", timeout.Milliseconds())})
-	if err != nil {
+	if err := q.ChatLimiterLock(ctx, limiterLockParams(timeout)); err != nil {
 		return fmt.Errorf("error taking the limiter lock: %w", err)
 	}
 	return nil
+}
+
+func limiterLockParams(timeout time.Duration) queries.ChatLimiterLockParams {
+	return queries.ChatLimiterLockParams{LockKey: LimiterLockKey, LockTimeout: fmt.Sprintf("%dms", timeout.Milliseconds())}
 }
 
 // admit checks, under the limiter lock held by q's transaction, whether a
 // root (subagent=false) or subagent chat fits in its pool. Only chats owned
 // with a fresh lease hold a slot.
 func admit(ctx context.Context, q *queries.Queries, l Limits, subagent bool, lease time.Duration) error {
-	limit := l.MaxRootChats
-	if subagent {
-		limit = l.MaxSubagentChats
-	}
-	if limit <= 0 {
+	if l.limit(subagent) <= 0 {
 		return nil
 	}
 	n, err := q.ChatLimiterCountOwned(ctx, lease.Seconds())
 	if err != nil {
 		return fmt.Errorf("error counting owned chats: %w", err)
 	}
+	return l.fits(n, subagent)
+}
+
+// lockAndAdmit is LockLimiter then admit, for a chat whose pool has a
+// limit, in one round trip (queries.ChatLimiterLockAndCountOwned).
+func lockAndAdmit(ctx context.Context, q *queries.Queries, l Limits, subagent bool, lease, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = DefaultLockTimeout
+	}
+	n, err := q.ChatLimiterLockAndCountOwned(ctx, limiterLockParams(timeout), lease.Seconds())
+	if err != nil {
+		return fmt.Errorf("admission: %w", err)
+	}
+	return l.fits(n, subagent)
+}
+
+// limit is the size of a root (subagent=false) or subagent chat's pool.
+func (l Limits) limit(subagent bool) int {
+	if subagent {
+		return l.MaxSubagentChats
+	}
+	return l.MaxRootChats
+}
+
+// fits is nil when the pool has a slot left beside the n in use,
+// ErrNoCapacity otherwise.
+func (l Limits) fits(n queries.ChatLimiterCountOwnedRow, subagent bool) error {
 	used := n.RootChats
 	if subagent {
 		used = n.SubagentChats
 	}
-	if used >= int64(limit) {
+	if limit := l.limit(subagent); limit > 0 && used >= int64(limit) {
 		return ErrNoCapacity
 	}
 	return nil

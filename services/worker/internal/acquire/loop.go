@@ -366,7 +366,12 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 				return errSkip
 			}
 		}
-		if owned || !l.cfg.Limits.Unlimited() {
+		if !owned && l.cfg.Limits.limit(c.ParentChatID != nil) > 0 {
+			// The usual case, in one round trip: lock and count.
+			if err := lockAndAdmit(ctx, q, l.cfg.Limits, c.ParentChatID != nil, l.cfg.Lease, l.cfg.LockTimeout); err != nil {
+				return err
+			}
+		} else if owned || !l.cfg.Limits.Unlimited() {
 			if err := LockLimiter(ctx, q, l.cfg.LockTimeout); err != nil {
 				return err
 			}
@@ -399,7 +404,13 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 		}
 		return nil
 	}
-	_, err = l.machine.Update(ctx, id, acquireFn)
+	var opts []chatstate.BundleOption
+	if bundleFirst {
+		// The first step's decision reads the history before anything
+		// writes it: read it with the lock.
+		opts = append(opts, chatstate.WithActiveMessages())
+	}
+	_, err = l.machine.Update(ctx, id, acquireFn, opts...)
 	if errors.Is(err, errFirstStep) && ctx.Err() == nil {
 		// The first step failed, not the acquisition: acquire alone and let
 		// the runner decide the step (and meet the failure) itself.
