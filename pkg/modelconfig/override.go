@@ -107,15 +107,14 @@ func (s *Store) ResolveModelOverride(ctx context.Context, orgID uuid.UUID, use s
 // ResolveModelOverride is Store.ResolveModelOverride through r's query
 // handle.
 func (r Reader) ResolveModelOverride(ctx context.Context, orgID uuid.UUID, use string) (res ResolvedOverride, ok bool, unusable string, err error) {
-	q := r.q
-	row, err := q.ChatOrganizationModelOverrideGet(ctx, queries.ChatOrganizationModelOverrideGetParams{OrganizationID: orgID, Context: use})
+	row, err := r.overrideRow(ctx, orgID, use)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return res, false, "", nil
 	}
 	if err != nil {
 		return res, false, "", fmt.Errorf("error reading the %s model override: %w", use, err)
 	}
-	crow, err := q.ChatModelConfigGetWithProvider(ctx, row.ModelConfigID)
+	crow, err := r.configWithProvider(ctx, row.ModelConfigID)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return res, false, fmt.Sprintf("model config %s no longer exists", row.ModelConfigID), nil
 	}
@@ -151,7 +150,7 @@ func (s *Store) UserCompactionThreshold(ctx context.Context, userID, id uuid.UUI
 // UserCompactionThreshold is Store.UserCompactionThreshold through r's
 // query handle.
 func (r Reader) UserCompactionThreshold(ctx context.Context, userID, id uuid.UUID) (threshold int32, ok bool, err error) {
-	t, err := r.q.ChatUserCompactionThresholdGet(ctx, queries.ChatUserCompactionThresholdGetParams{UserID: userID, ModelConfigID: id})
+	t, err := r.userThreshold(ctx, userID, id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, false, nil
 	}

@@ -37,7 +37,7 @@ func (r Reader) ResolveForChat(ctx context.Context, orgID uuid.UUID, requested *
 func (r Reader) ResolveWithProvider(ctx context.Context, orgID uuid.UUID, requested *uuid.UUID) (ModelConfig, Provider, error) {
 	q := r.q
 	if requested != nil {
-		row, err := q.ChatModelConfigGetWithProvider(ctx, *requested)
+		row, err := r.configWithProvider(ctx, *requested)
 		if errors.Is(err, pgx.ErrNoRows) || (err == nil && (row.ChatModelConfig.Deleted || row.ChatModelConfig.OrganizationID != orgID)) {
 			return ModelConfig{}, Provider{}, invalid("model config %s does not exist in this organization", *requested)
 		}

@@ -2,11 +2,100 @@ package queries
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
+
+// Pipeline runs several statements in one round trip on q's connection
+// (pgx's batch): each call makes exactly one call of a generated method on
+// the Queries it is given and keeps the result. The statements stay
+// separate and run one after the other, each taking its own snapshot under
+// READ COMMITTED; only the waits between them on the network are gone. On
+// the way to a turn's first part every round trip costs a few hundred
+// microseconds on a busy machine, and the bundles there read several
+// independent things.
+//
+// A call runs twice: once against a recorder, which takes its statement and
+// arguments (the generated method sees an error and the call must ignore
+// what it returned), then against the batch's result, which it scans with
+// the generated code. So the calls must do nothing but the one method call
+// and the assignment of its results. A Queries whose connection cannot
+// pipeline runs each call once, directly. The error is the batch's: a
+// statement that failed fails its call's own result too, and the
+// statements after it (the server skips them).
+func (q *Queries) Pipeline(ctx context.Context, calls ...func(*Queries)) error {
+	batcher, ok := q.db.(interface {
+		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
+	})
+	if !ok {
+		for _, call := range calls {
+			call(q)
+		}
+		return nil
+	}
+	rec := &recorder{}
+	b := &pgx.Batch{}
+	for i, call := range calls {
+		call(&Queries{db: rec})
+		if len(rec.statements) != i+1 {
+			return fmt.Errorf("pipeline call %d made %d statements, want one", i, len(rec.statements)-i)
+		}
+		s := rec.statements[i]
+		b.Queue(s.sql, s.args...)
+	}
+	br := batcher.SendBatch(ctx, b)
+	replay := &Queries{db: batchResults{br}}
+	for _, call := range calls {
+		call(replay)
+	}
+	return br.Close()
+}
+
+// errRecorded is what a recorded statement returns: it did not run.
+var errRecorded = errors.New("statement recorded for a pipeline, not run")
+
+type statement struct {
+	sql  string
+	args []any
+}
+
+// recorder is a DBTX that keeps each statement instead of running it.
+type recorder struct{ statements []statement }
+
+func (r *recorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	r.statements = append(r.statements, statement{sql, args})
+	return pgconn.CommandTag{}, errRecorded
+}
+
+func (r *recorder) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	r.statements = append(r.statements, statement{sql, args})
+	return nil, errRecorded
+}
+
+func (r *recorder) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
+	r.statements = append(r.statements, statement{sql, args})
+	return recordedRow{}
+}
+
+type recordedRow struct{}
+
+func (recordedRow) Scan(...any) error { return errRecorded }
+
+// batchResults is a DBTX answering each statement with the batch's next
+// result, in the order they were queued.
+type batchResults struct{ br pgx.BatchResults }
+
+func (b batchResults) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return b.br.Exec()
+}
+
+func (b batchResults) Query(context.Context, string, ...any) (pgx.Rows, error) { return b.br.Query() }
+
+func (b batchResults) QueryRow(context.Context, string, ...any) pgx.Row { return b.br.QueryRow() }
 
 // BundleOpening is what a transition bundle's first round trip reads.
 type BundleOpening struct {
@@ -24,143 +113,84 @@ type BundleOpening struct {
 	Messages      []ChatMessage
 }
 
-// OpenBundle opens a transition bundle in one round trip: it sends
-// ChatLockAndBump, ChatQueueLenAndNow and what o asks for (open tool calls,
-// messages) together as a pipeline (pgx's batch) on tx. They stay separate
-// statements, run one after the other, so the reads take their snapshots
-// once the lock is held (the reason ChatQueueLenAndNow is a statement of its
-// own); only the waits between them on the network are gone. Every bundle
-// on the way to a turn's first part opens with it. A chat that does not
-// exist is pgx.ErrNoRows.
+// OpenBundle opens a transition bundle in one round trip (Pipeline):
+// ChatLockAndBump, ChatQueueLenAndNow and what o asks for (open tool
+// calls, messages). The reads run after the lock is granted, so they see
+// what every bundle before this one committed (the reason
+// ChatQueueLenAndNow is a statement of its own). Every bundle on the way
+// to a turn's first part opens with it. A chat that does not exist is
+// pgx.ErrNoRows.
 func OpenBundle(ctx context.Context, tx pgx.Tx, id uuid.UUID, o *BundleOpening) error {
-	b := &pgx.Batch{}
-	b.Queue(chatLockAndBump, id)
-	b.Queue(chatQueueLenAndNow, id)
+	var lockErr, queueErr, openErr, msgsErr error
+	calls := []func(*Queries){
+		func(q *Queries) { o.Chat, lockErr = q.ChatLockAndBump(ctx, id) },
+		func(q *Queries) { o.Queue, queueErr = q.ChatQueueLenAndNow(ctx, id) },
+	}
 	if o.ReadOpenToolCalls {
-		b.Queue(chatMessageOpenToolCalls, id)
+		calls = append(calls, func(q *Queries) { o.OpenToolCalls, openErr = q.ChatMessageOpenToolCalls(ctx, id) })
 	}
 	switch {
 	case o.ReadMessages && o.MessagesSince != nil:
-		b.Queue(chatMessageListChangedSince, id, *o.MessagesSince)
+		since := *o.MessagesSince
+		calls = append(calls, func(q *Queries) {
+			o.Messages, msgsErr = q.ChatMessageListChangedSince(ctx, ChatMessageListChangedSinceParams{ChatID: id, Since: since})
+		})
 	case o.ReadMessages:
-		b.Queue(chatMessageListActive, id)
+		calls = append(calls, func(q *Queries) { o.Messages, msgsErr = q.ChatMessageListActive(ctx, id) })
 	}
-	br := tx.SendBatch(ctx, b)
-	defer br.Close()
-	rows, err := br.Query()
-	if err != nil {
-		return err
+	err := New(tx).Pipeline(ctx, calls...)
+	switch {
+	case lockErr != nil:
+		return lockErr // pgx.ErrNoRows for a missing chat
+	case queueErr != nil:
+		return fmt.Errorf("count queue: %w", queueErr)
+	case openErr != nil:
+		return fmt.Errorf("find open tool calls: %w", openErr)
+	case msgsErr != nil:
+		return fmt.Errorf("list messages: %w", msgsErr)
 	}
-	// The row is RETURNING * of chats, whose columns Chat holds in order.
-	if o.Chat, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Chat]); err != nil {
-		return err
-	}
-	if err := br.QueryRow().Scan(&o.Queue.QueueLen, &o.Queue.Now); err != nil {
-		return fmt.Errorf("count queue: %w", err)
-	}
-	if o.ReadOpenToolCalls {
-		rows, err := br.Query()
-		if err != nil {
-			return fmt.Errorf("find open tool calls: %w", err)
-		}
-		o.OpenToolCalls, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ChatMessageOpenToolCallsRow])
-		if err != nil {
-			return fmt.Errorf("find open tool calls: %w", err)
-		}
-	}
-	if o.ReadMessages {
-		rows, err := br.Query()
-		if err != nil {
-			return fmt.Errorf("list messages: %w", err)
-		}
-		if o.Messages, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ChatMessage]); err != nil {
-			return fmt.Errorf("list messages: %w", err)
-		}
-	}
-	return br.Close()
+	return err
 }
 
 // ChatLimiterLockAndCountOwned takes the capacity admission lock and counts
-// the slots in use in one round trip: ChatLimiterLock and
-// ChatLimiterCountOwned as a pipeline on q's transaction. The count is its
-// own statement, run once the lock is granted, so under READ COMMITTED it
-// sees every admission committed before the lock came to us. A Queries
-// whose connection cannot pipeline runs the two one after the other. When
-// the lock fails (lock_timeout) the count is not run.
+// the slots in use in one round trip (Pipeline). The count runs once the
+// lock is granted, so under READ COMMITTED it sees every admission
+// committed before the lock came to us. When the lock fails (lock_timeout)
+// the count does not run.
 func (q *Queries) ChatLimiterLockAndCountOwned(ctx context.Context, lock ChatLimiterLockParams, leaseSeconds float64) (ChatLimiterCountOwnedRow, error) {
 	var row ChatLimiterCountOwnedRow
-	batcher, ok := q.db.(interface {
-		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-	})
-	if !ok {
-		if err := q.ChatLimiterLock(ctx, lock); err != nil {
-			return row, fmt.Errorf("take the limiter lock: %w", err)
-		}
-		row, err := q.ChatLimiterCountOwned(ctx, leaseSeconds)
-		if err != nil {
-			return row, fmt.Errorf("count owned chats: %w", err)
-		}
-		return row, nil
+	var lockErr, countErr error
+	err := q.Pipeline(ctx,
+		func(q *Queries) { lockErr = q.ChatLimiterLock(ctx, lock) },
+		func(q *Queries) { row, countErr = q.ChatLimiterCountOwned(ctx, leaseSeconds) },
+	)
+	switch {
+	case lockErr != nil:
+		return row, fmt.Errorf("take the limiter lock: %w", lockErr)
+	case countErr != nil:
+		return row, fmt.Errorf("count owned chats: %w", countErr)
 	}
-	b := &pgx.Batch{}
-	b.Queue(chatLimiterLock, lock.LockKey, lock.LockTimeout)
-	b.Queue(chatLimiterCountOwned, leaseSeconds)
-	br := batcher.SendBatch(ctx, b)
-	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return row, fmt.Errorf("take the limiter lock: %w", err)
-	}
-	if err := br.QueryRow().Scan(&row.RootChats, &row.SubagentChats); err != nil {
-		return row, fmt.Errorf("count owned chats: %w", err)
-	}
-	return row, br.Close()
+	return row, err
 }
 
 // ChatMessageInsertAndSetExecution inserts a message and rewrites the
-// chat's execution state in one round trip: ChatMessageInsert and
-// ChatSetExecution as a pipeline on q's transaction, for a transition that
-// does both and needs nothing from the first to send the second (a user
-// message starting a turn). The update runs after the insert, so the chat
-// row it returns carries the history_version the message trigger set. A
-// Queries whose connection cannot pipeline runs the two one after the
-// other.
+// chat's execution state in one round trip (Pipeline), for a transition
+// that does both and needs nothing from the first to send the second (a
+// user message starting a turn). The update runs after the insert, so the
+// chat row it returns carries the history_version the message trigger set.
 func (q *Queries) ChatMessageInsertAndSetExecution(ctx context.Context, ins ChatMessageInsertParams, exec ChatSetExecutionParams) (ChatMessage, Chat, error) {
-	batcher, ok := q.db.(interface {
-		SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
-	})
-	if !ok {
-		msg, err := q.ChatMessageInsert(ctx, ins)
-		if err != nil {
-			return msg, Chat{}, fmt.Errorf("insert message: %w", err)
-		}
-		chat, err := q.ChatSetExecution(ctx, exec)
-		if err != nil {
-			return msg, chat, fmt.Errorf("write execution state: %w", err)
-		}
-		return msg, chat, nil
+	var msg ChatMessage
+	var chat Chat
+	var insErr, execErr error
+	err := q.Pipeline(ctx,
+		func(q *Queries) { msg, insErr = q.ChatMessageInsert(ctx, ins) },
+		func(q *Queries) { chat, execErr = q.ChatSetExecution(ctx, exec) },
+	)
+	switch {
+	case insErr != nil:
+		return msg, chat, fmt.Errorf("insert message: %w", insErr)
+	case execErr != nil:
+		return msg, chat, fmt.Errorf("write execution state: %w", execErr)
 	}
-	b := &pgx.Batch{}
-	b.Queue(chatMessageInsert, ins.ChatID, ins.Role, ins.Content, ins.Visibility, ins.Compressed, ins.QueuedMessageID,
-		ins.ModelConfigID, ins.ReasoningEffort, ins.Usage, ins.CreatedBy, ins.CreatedAt, ins.TurnID)
-	b.Queue(chatSetExecution, exec.Status, exec.LastError, exec.RequiresActionDeadlineAt, exec.CompactionRequestedAt,
-		exec.ModelConfigID, exec.ReasoningEffort, exec.Now, exec.ID)
-	br := batcher.SendBatch(ctx, b)
-	defer br.Close()
-	rows, err := br.Query()
-	if err != nil {
-		return ChatMessage{}, Chat{}, fmt.Errorf("insert message: %w", err)
-	}
-	// Both return every column of their table, in the structs' order.
-	msg, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[ChatMessage])
-	if err != nil {
-		return ChatMessage{}, Chat{}, fmt.Errorf("insert message: %w", err)
-	}
-	if rows, err = br.Query(); err != nil {
-		return msg, Chat{}, fmt.Errorf("write execution state: %w", err)
-	}
-	chat, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Chat])
-	if err != nil {
-		return msg, Chat{}, fmt.Errorf("write execution state: %w", err)
-	}
-	return msg, chat, br.Close()
+	return msg, chat, err
 }

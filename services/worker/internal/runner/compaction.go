@@ -169,6 +169,14 @@ func (r *runner) planCompaction(ctx context.Context, tx *chatstate.Tx, msgs []qu
 func (r *runner) compactionTriggers(ctx context.Context, tx *chatstate.Tx, p *plan) (compaction.Triggers, *modelconfig.ResolvedOverride, error) {
 	var in compaction.Inputs
 	chat, models := tx.Chat(), modelconfig.NewReader(tx.Queries())
+	if id := chat.LastModelConfigID; id != nil {
+		// The chat model, the owner's threshold for it and the override
+		// in one round trip; the resolution below reads them from there.
+		var err error
+		if models, err = models.WithStepReads(ctx, *id, chat.OwnerID, chat.OrganizationID, modelconfig.OverrideCompaction); err != nil {
+			return compaction.Triggers{}, nil, err
+		}
+	}
 	cfg, prov, err := r.resolveChatModel(ctx, models, chat)
 	if err == nil {
 		p.model = &chatModel{cfg: cfg, provider: prov}
