@@ -205,6 +205,14 @@ func WithActiveMessages() BundleOption {
 	return func(o *queries.BundleOpening) { o.ReadMessages = true }
 }
 
+// WithRead adds call to the bundle's first round trip, after the lock and
+// the bundle's own reads: one call of a generated method that keeps its
+// results (queries.Pipeline's rules), for what the caller is sure to read
+// about the chat before anything else (the worker's admission).
+func WithRead(call func(*queries.Queries)) BundleOption {
+	return func(o *queries.BundleOpening) { o.Reads = append(o.Reads, call) }
+}
+
 // lock opens a bundle on one chat: the row lock and the snapshot bump.
 func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID, opts ...BundleOption) (*Tx, error) {
 	q := queries.New(ptx)

@@ -107,6 +107,10 @@ type BundleOpening struct {
 	ReadMessages  bool
 	MessagesSince *int64
 
+	// Reads are more calls for the same round trip, after the others
+	// (Pipeline's rules): what the caller reads about the chat it locks.
+	Reads []func(*Queries)
+
 	Chat          Chat // locked, its snapshot_version advanced
 	Queue         ChatQueueLenAndNowRow
 	OpenToolCalls []ChatMessageOpenToolCallsRow
@@ -138,7 +142,7 @@ func OpenBundle(ctx context.Context, tx pgx.Tx, id uuid.UUID, o *BundleOpening) 
 	case o.ReadMessages:
 		calls = append(calls, func(q *Queries) { o.Messages, msgsErr = q.ChatMessageListActive(ctx, id) })
 	}
-	err := New(tx).Pipeline(ctx, calls...)
+	err := New(tx).Pipeline(ctx, append(calls, o.Reads...)...)
 	switch {
 	case lockErr != nil:
 		return lockErr // pgx.ErrNoRows for a missing chat
@@ -148,29 +152,10 @@ func OpenBundle(ctx context.Context, tx pgx.Tx, id uuid.UUID, o *BundleOpening) 
 		return fmt.Errorf("find open tool calls: %w", openErr)
 	case msgsErr != nil:
 		return fmt.Errorf("list messages: %w", msgsErr)
+	case err != nil:
+		return fmt.Errorf("read with the lock: %w", err) // one of o.Reads
 	}
-	return err
-}
-
-// ChatLimiterLockAndCountOwned takes the capacity admission lock and counts
-// the slots in use in one round trip (Pipeline). The count runs once the
-// lock is granted, so under READ COMMITTED it sees every admission
-// committed before the lock came to us. When the lock fails (lock_timeout)
-// the count does not run.
-func (q *Queries) ChatLimiterLockAndCountOwned(ctx context.Context, lock ChatLimiterLockParams, leaseSeconds float64) (ChatLimiterCountOwnedRow, error) {
-	var row ChatLimiterCountOwnedRow
-	var lockErr, countErr error
-	err := q.Pipeline(ctx,
-		func(q *Queries) { lockErr = q.ChatLimiterLock(ctx, lock) },
-		func(q *Queries) { row, countErr = q.ChatLimiterCountOwned(ctx, leaseSeconds) },
-	)
-	switch {
-	case lockErr != nil:
-		return row, fmt.Errorf("take the limiter lock: %w", lockErr)
-	case countErr != nil:
-		return row, fmt.Errorf("count owned chats: %w", countErr)
-	}
-	return row, err
+	return nil
 }
 
 // ChatMessageInsertAndSetExecution inserts a message and rewrites the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 )
 
@@ -68,17 +69,37 @@ func admit(ctx context.Context, q *queries.Queries, l Limits, subagent bool, lea
 	return l.fits(n, subagent)
 }
 
-// lockAndAdmit is LockLimiter then admit, for a chat whose pool has a
-// limit, in one round trip (queries.ChatLimiterLockAndCountOwned).
-func lockAndAdmit(ctx context.Context, q *queries.Queries, l Limits, subagent bool, lease, timeout time.Duration) error {
+// admission is LockLimiter and admit's count made in the acquisition
+// bundle's first round trip, with the chat's lock (chatstate.WithRead):
+// the lock is taken after the chat's, as it always is, and the count runs
+// once both are held. A chat that turns out not to need them (not
+// runnable, or owned: a takeover rechecks the lease under the limiter
+// lock) has held the limiter lock for a moment for nothing.
+type admission struct {
+	used              queries.ChatLimiterCountOwnedRow
+	lockErr, countErr error
+}
+
+// reads are the bundle options that take the limiter lock and count.
+func (a *admission) reads(ctx context.Context, timeout, lease time.Duration) []chatstate.BundleOption {
 	if timeout <= 0 {
 		timeout = DefaultLockTimeout
 	}
-	n, err := q.ChatLimiterLockAndCountOwned(ctx, limiterLockParams(timeout), lease.Seconds())
-	if err != nil {
-		return fmt.Errorf("admission: %w", err)
+	return []chatstate.BundleOption{
+		chatstate.WithRead(func(q *queries.Queries) { a.lockErr = q.ChatLimiterLock(ctx, limiterLockParams(timeout)) }),
+		chatstate.WithRead(func(q *queries.Queries) { a.used, a.countErr = q.ChatLimiterCountOwned(ctx, lease.Seconds()) }),
 	}
-	return l.fits(n, subagent)
+}
+
+// admit is admit's verdict from the count read with the lock.
+func (a *admission) admit(l Limits, subagent bool) error {
+	switch {
+	case a.lockErr != nil:
+		return fmt.Errorf("error taking the limiter lock: %w", a.lockErr)
+	case a.countErr != nil:
+		return fmt.Errorf("error counting owned chats: %w", a.countErr)
+	}
+	return l.fits(a.used, subagent)
 }
 
 // limit is the size of a root (subagent=false) or subagent chat's pool.

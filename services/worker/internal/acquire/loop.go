@@ -347,6 +347,7 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 		}
 	}()
 	runnerID := uuid.New()
+	var adm admission
 	var takenOver bool
 	var first *runner.FirstStep
 	stepper, bundleFirst := l.spawner.(FirstStepper)
@@ -367,11 +368,14 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 			}
 		}
 		if !owned && l.cfg.Limits.limit(c.ParentChatID != nil) > 0 {
-			// The usual case, in one round trip: lock and count.
-			if err := lockAndAdmit(ctx, q, l.cfg.Limits, c.ParentChatID != nil, l.cfg.Lease, l.cfg.LockTimeout); err != nil {
+			// The usual case: the lock and the count came with the
+			// chat's lock (admission.reads).
+			if err := adm.admit(l.cfg.Limits, c.ParentChatID != nil); err != nil {
 				return err
 			}
 		} else if owned || !l.cfg.Limits.Unlimited() {
+			// A takeover checks the lease between the lock and the count;
+			// the limiter lock is held already (advisory locks stack).
 			if err := LockLimiter(ctx, q, l.cfg.LockTimeout); err != nil {
 				return err
 			}
@@ -404,19 +408,25 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 		}
 		return nil
 	}
-	var opts []chatstate.BundleOption
-	if bundleFirst {
-		// The first step's decision reads the history before anything
-		// writes it: read it with the lock.
-		opts = append(opts, chatstate.WithActiveMessages())
+	opts := func() []chatstate.BundleOption {
+		var opts []chatstate.BundleOption
+		if !l.cfg.Limits.Unlimited() {
+			opts = adm.reads(ctx, l.cfg.LockTimeout, l.cfg.Lease)
+		}
+		if bundleFirst {
+			// The first step's decision reads the history before anything
+			// writes it: read it with the lock.
+			opts = append(opts, chatstate.WithActiveMessages())
+		}
+		return opts
 	}
-	_, err = l.machine.Update(ctx, id, acquireFn, opts...)
+	_, err = l.machine.Update(ctx, id, acquireFn, opts()...)
 	if errors.Is(err, errFirstStep) && ctx.Err() == nil {
 		// The first step failed, not the acquisition: acquire alone and let
 		// the runner decide the step (and meet the failure) itself.
 		l.cfg.Log.Warn("decide the first step in the acquisition bundle", "chat_id", id.String(), "error", err.Error())
 		bundleFirst, first = false, nil
-		_, err = l.machine.Update(ctx, id, acquireFn)
+		_, err = l.machine.Update(ctx, id, acquireFn, opts()...)
 	}
 	if errors.Is(err, errSkip) || errors.Is(err, chatstate.ErrChatNotFound) {
 		return false, nil

@@ -2,6 +2,7 @@ package acquire_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -470,4 +471,44 @@ func TestDrainHandsChatsOver(t *testing.T) {
 	for _, r := range other.runners.Runners() {
 		require.False(t, r.Spec.TakenOver, "a released chat is acquired, not taken over")
 	}
+}
+
+// TestAdmissionGivesUpOnABusyLimiterLock: admission takes the limiter lock
+// in the bundle's first round trip and waits for it at most LockTimeout; a
+// bundle that could not take it changes nothing, and the next attempt,
+// once the lock is free, acquires the chat.
+func TestAdmissionGivesUpOnABusyLimiterLock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	id := b.tenant.Chats(t, b.pool, 1, "running", nil)[0]
+	m := chatstate.New(b.pool, chatstate.Config{})
+
+	holder, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	require.NoError(t, acquire.LockLimiter(ctx, queries.New(holder), time.Second))
+
+	spawned := make(chan runner.Spec, 1)
+	loop := acquire.New(b.pool, m, nil, spawnFunc(func(s runner.Spec) error { spawned <- s; return nil }),
+		acquire.Config{WorkerID: uuid.New(), Lease: lease, Limits: acquire.Limits{MaxRootChats: 5}, LockTimeout: 50 * time.Millisecond})
+	// Another goroutine: this one holds a transaction (txguard).
+	done := make(chan error, 1)
+	go func() {
+		ok, err := loop.TryAcquire(ctx, id)
+		if ok {
+			err = errors.New("acquired while the limiter lock was held")
+		}
+		done <- err
+	}()
+	err = <-done
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "lock timeout")
+	require.NoError(t, holder.Rollback(ctx))
+	require.Empty(t, b.owners(t, []uuid.UUID{id}))
+
+	ok, err := loop.TryAcquire(ctx, id)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, id, (<-spawned).ChatID)
 }
