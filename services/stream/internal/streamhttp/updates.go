@@ -156,7 +156,7 @@ func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 	cu.mu.Lock()
 	many := len(cu.conns) >= cu.prefetchAt
 	cu.mu.Unlock()
-	cu.anticipateEpisode(n, h)
+	cu.anticipateEpisode(n, h, many)
 	if !many || cu.window <= 0 {
 		cu.fanOut(h, many)
 		return
@@ -227,18 +227,15 @@ func (cu *chatUpdates) fanOut(h streamloop.Hints, many bool) {
 }
 
 // anticipateEpisode asks the part hub for the running episode n names
-// (Server.Anticipate), whatever the number of watchers: the relay is asked
-// while the loops read the commit, so an episode's first part is on its
-// way by the time they select it (a loop used to ask only after its read,
-// about a millisecond later on an idle machine). It lets go of the
+// (Server.Anticipate) when the chat has many watchers, and lets go of the
 // one asked for before. Run on the subscription's goroutine, one
 // notification at a time.
-func (cu *chatUpdates) anticipateEpisode(n *chatdv1.ChatUpdateNotification, h streamloop.Hints) {
+func (cu *chatUpdates) anticipateEpisode(n *chatdv1.ChatUpdateNotification, h streamloop.Hints, many bool) {
 	if cu.anticipate == nil {
 		return
 	}
 	var next Anticipation
-	if h.WorkerID != nil && runningEpisode(n) {
+	if many && h.WorkerID != nil && runningEpisode(n) {
 		next = cu.anticipate(context.Background(), cu.chatID, streamloop.Episode{
 			WorkerID: h.WorkerID, HistoryVersion: n.HistoryVersion, GenerationAttempt: n.GenerationAttempt,
 		})
