@@ -248,3 +248,30 @@ func BenchmarkActiveMessages(b *testing.B) {
 		})
 	}
 }
+
+// TestHistoryReadWithTheLockGivesWayToTheBundlesWrites: a bundle that read
+// the history with its lock (WithActiveMessages) and then writes a message
+// reads its own write, with and without a HistoryCache.
+func TestHistoryReadWithTheLockGivesWayToTheBundlesWrites(t *testing.T) {
+	t.Parallel()
+	for name, h := range map[string]*harness{"cached": newCachedHarness(t, 0), "uncached": newHarness(t)} {
+		id := h.create(true)
+		h.do(id, func(tx *chatstate.Tx) error {
+			_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{assistantText("first")}})
+			return err
+		})
+		_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+			if _, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{assistantText("second")}}); err != nil {
+				return err
+			}
+			msgs, err := tx.ActiveMessages(h.ctx)
+			if err != nil {
+				return err
+			}
+			require.Equal(t, "second", lastText(t, msgs), name)
+			return nil
+		}, chatstate.WithActiveMessages())
+		require.NoError(t, err, name)
+		h.checkCachedHistory(t, id, name)
+	}
+}

@@ -172,7 +172,18 @@ func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin transition bundle: %w", err)
 	}
-	if err := fn(ptx); err != nil {
+	returned := false
+	defer func() {
+		if !returned {
+			// fn panicked (or a test's FailNow ended the goroutine):
+			// roll back, or the connection stays checked out holding
+			// the chat's row lock and every later bundle on it waits.
+			_ = ptx.Rollback(context.WithoutCancel(ctx))
+		}
+	}()
+	err = fn(ptx)
+	returned = true
+	if err != nil {
 		if rbErr := ptx.Rollback(ctx); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
 			return errors.Join(err, fmt.Errorf("roll back transition bundle: %w", rbErr))
 		}
@@ -282,7 +293,7 @@ type Tx struct {
 	// history is not committed yet (HistoryCache).
 	historyWritten bool
 	// prefetched is the history read with the lock (WithActiveMessages),
-	// good until the bundle writes history.
+	// for the bundle's first reading of it if nothing wrote history before.
 	prefetched *prefetchedHistory
 	// freshRunner is the runner whose heartbeat this bundle inserted
 	// (Acquire): its lease is fresh by construction.
@@ -350,40 +361,53 @@ func (tx *Tx) ActiveMessages(ctx context.Context) ([]queries.ChatMessage, error)
 	return msgs, nil
 }
 
-// activeMessages reads the active history, from the HistoryCache's entry
-// for the chat and the rows changed since when there is one. A locked
-// bundle that has not moved the history itself reads committed history at
-// the chat's history_version: that reading is stored (history_cache.go).
+// activeMessages reads the active history: the rows read with the lock
+// (WithActiveMessages) or, with a HistoryCache, its entry for the chat and
+// the rows changed since. A locked bundle that has not moved the history
+// itself reads committed history at the chat's history_version: that
+// reading is stored (history_cache.go).
 func (tx *Tx) activeMessages(ctx context.Context) ([]queries.ChatMessage, error) {
-	if pre := tx.prefetched; pre != nil && !tx.historyWritten && (pre.base == nil || pre.base.version <= tx.chat.HistoryVersion) {
-		return tx.applyPrefetched(pre), nil
-	}
-	cache := tx.m.cfg.History
-	if cache == nil || tx.readOnly {
-		return tx.q.ChatMessageListActive(ctx, tx.chat.ID)
-	}
 	version := tx.chat.HistoryVersion
-	committed := !tx.historyWritten && version < tx.chat.SnapshotVersion
-	e, ok := cache.get(tx.chat.ID)
-	if !ok || e.version > version {
-		msgs, err := tx.q.ChatMessageListActive(ctx, tx.chat.ID)
-		if err == nil && committed {
-			cache.put(tx.chat.ID, version, slices.Clone(msgs))
-		}
-		return msgs, err
-	}
-	if committed && e.version == version {
-		return slices.Clone(e.rows), nil
-	}
-	changed, err := tx.q.ChatMessageListChangedSince(ctx, queries.ChatMessageListChangedSinceParams{ChatID: tx.chat.ID, Since: e.version})
+	committed := !tx.readOnly && !tx.historyWritten && version < tx.chat.SnapshotVersion
+	base, rows, err := tx.readHistory(ctx, version, committed)
 	if err != nil {
 		return nil, err
 	}
-	msgs := mergeHistory(e.rows, changed)
-	if committed {
+	msgs := rows
+	if base != nil {
+		msgs = mergeHistory(base.rows, rows)
+	}
+	if cache := tx.m.cfg.History; cache != nil && committed && (base == nil || base.version != version) {
 		cache.put(tx.chat.ID, version, slices.Clone(msgs))
 	}
 	return msgs, nil
+}
+
+// readHistory reads what activeMessages builds the history from: rows
+// alone are the active history, rows with base are the changes since
+// base. rows are the caller's.
+func (tx *Tx) readHistory(ctx context.Context, version int64, committed bool) (base *historyEntry, rows []queries.ChatMessage, err error) {
+	if pre := tx.prefetched; pre != nil {
+		tx.prefetched = nil // used once: the cache has it now, or it goes stale
+		if !tx.historyWritten && (pre.base == nil || pre.base.version <= version) {
+			return pre.base, pre.rows, nil
+		}
+	}
+	cache := tx.m.cfg.History
+	if cache == nil || tx.readOnly {
+		rows, err := tx.q.ChatMessageListActive(ctx, tx.chat.ID)
+		return nil, rows, err
+	}
+	e, ok := cache.get(tx.chat.ID)
+	switch {
+	case !ok || e.version > version: // none, or ahead of the chat (a restore)
+		rows, err := tx.q.ChatMessageListActive(ctx, tx.chat.ID)
+		return nil, rows, err
+	case committed && e.version == version:
+		return &e, nil, nil // nothing changed
+	}
+	rows, err = tx.q.ChatMessageListChangedSince(ctx, queries.ChatMessageListChangedSinceParams{ChatID: tx.chat.ID, Since: e.version})
+	return &e, rows, err
 }
 
 // prefetchedHistory is what the bundle's first round trip read of the
@@ -391,20 +415,6 @@ func (tx *Tx) activeMessages(ctx context.Context) ([]queries.ChatMessage, error)
 type prefetchedHistory struct {
 	base *historyEntry
 	rows []queries.ChatMessage
-}
-
-// applyPrefetched is the active history from what the lock's round trip
-// read, before the bundle wrote any: committed history at the chat's
-// history_version, stored in the HistoryCache.
-func (tx *Tx) applyPrefetched(pre *prefetchedHistory) []queries.ChatMessage {
-	msgs := slices.Clone(pre.rows)
-	if pre.base != nil {
-		msgs = mergeHistory(pre.base.rows, pre.rows)
-	}
-	if cache := tx.m.cfg.History; cache != nil && tx.chat.HistoryVersion < tx.chat.SnapshotVersion {
-		cache.put(tx.chat.ID, tx.chat.HistoryVersion, slices.Clone(msgs))
-	}
-	return msgs
 }
 
 // QueuedMessages lists the chat's queue, head first, read inside the bundle.

@@ -40,6 +40,14 @@ func (f *fixture) newOrg(t *testing.T) uuid.UUID {
 	return id
 }
 
+// newUser creates a user row.
+func (f *fixture) newUser(t *testing.T) uuid.UUID {
+	t.Helper()
+	id := uuid.New()
+	require.NoError(t, queries.New(f.pool).UserEnsure(f.ctx, queries.UserEnsureParams{ID: id}))
+	return id
+}
+
 // emptyOrg creates an organization and deletes its scripted default, so it
 // has no live config.
 func (f *fixture) emptyOrg(t *testing.T) uuid.UUID {

@@ -106,8 +106,7 @@ func TestUserCompactionThreshold(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	org := f.newOrg(t)
-	user := uuid.New()
-	require.NoError(t, queries.New(f.pool).UserEnsure(f.ctx, queries.UserEnsureParams{ID: user}))
+	user := f.newUser(t)
 	cfgs, err := f.store.ListModelConfigs(f.ctx, org)
 	require.NoError(t, err)
 	id := cfgs[0].ID

@@ -7,7 +7,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
-	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/modelconfig"
 )
 
@@ -20,8 +19,7 @@ func TestStepReadsAnswerAsTheQueriesDo(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	org, other := f.newOrg(t), f.newOrg(t)
-	user := uuid.New()
-	require.NoError(t, queries.New(f.pool).UserEnsure(f.ctx, queries.UserEnsureParams{ID: user}))
+	user := f.newUser(t)
 	p := f.provider(t, modelconfig.ProviderOpenAI, true)
 	chatModel := f.config(t, org, p, "gpt-chat", true, false)
 	summarizer := f.config(t, org, p, "gpt-summary", true, false)

@@ -374,8 +374,9 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 				return err
 			}
 		} else if owned || !l.cfg.Limits.Unlimited() {
-			// A takeover checks the lease between the lock and the count;
-			// the limiter lock is held already (advisory locks stack).
+			// A takeover checks the lease between the lock and the count.
+			// With limits set the opening took the limiter lock already;
+			// taking it again is harmless (advisory locks stack).
 			if err := LockLimiter(ctx, q, l.cfg.LockTimeout); err != nil {
 				return err
 			}

@@ -501,7 +501,11 @@ func TestAdmissionGivesUpOnABusyLimiterLock(t *testing.T) {
 		}
 		done <- err
 	}()
-	err = <-done
+	select {
+	case err = <-done:
+	case <-time.After(waitFor):
+		t.Fatal("the acquisition did not give up on the limiter lock")
+	}
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "lock timeout")
 	require.NoError(t, holder.Rollback(ctx))
