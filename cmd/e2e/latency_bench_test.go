@@ -173,6 +173,9 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	if stages {
 		b.Logf("worker stage means over %d turns: %s", b.N, stageMeans(scrape(b, workerMetrics)))
 	}
+	if err := marks.Flush(); err != nil {
+		b.Logf("timeline: %v", err)
+	}
 	if hops, err := timelineHops(timelineFile); err != nil {
 		b.Logf("timeline: %v", err)
 	} else {
@@ -182,7 +185,8 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 
 // timelineHops reads a timeline file (pkg/telemetry/timeline) and lists, in
 // time order, each event's p50 offset from its turn's bench.post in
-// milliseconds. A turn is the lines from one bench.post to the next; an
+// milliseconds. A turn is the lines, in time order (each process writes
+// its own in batches), from one bench.post to its bench.part1; an
 // event marked more than once in a turn (a bundle, a notification) is
 // numbered: bundle.begin, bundle.begin#2, and so on. Only events up to the
 // turn's first part count.
@@ -191,18 +195,30 @@ func timelineHops(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	offsets := map[string][]float64{}
-	var start int64
-	var seen map[string]int
-	done := true
+	type mark struct {
+		us    int64
+		event string
+	}
+	var marks []mark
 	for _, line := range strings.Split(string(data), "\n") {
 		at, event, ok := strings.Cut(line, " ")
 		us, err := strconv.ParseInt(at, 10, 64)
-		if !ok || err != nil {
-			continue
+		if ok && err == nil {
+			marks = append(marks, mark{us, event})
 		}
+	}
+	slices.SortStableFunc(marks, func(a, b mark) int { return cmp.Compare(a.us, b.us) })
+	// A turn counts once its bench.part1 is there (a process may not have
+	// written the last turn's lines yet).
+	offsets := map[string][]float64{}
+	var start int64
+	var seen map[string]int
+	var turn map[string]float64
+	done := true
+	for _, m := range marks {
+		event := m.event
 		if event == "bench.post" {
-			start, seen, done = us, map[string]int{}, false
+			start, seen, turn, done = m.us, map[string]int{}, map[string]float64{}, false
 		}
 		if done {
 			continue
@@ -211,8 +227,12 @@ func timelineHops(path string) (string, error) {
 		if n := seen[event]; n > 1 {
 			event += "#" + strconv.Itoa(n)
 		}
-		offsets[event] = append(offsets[event], float64(us-start)/1000)
-		done = event == "bench.part1"
+		turn[event] = float64(m.us-start) / 1000
+		if done = event == "bench.part1"; done {
+			for e, d := range turn {
+				offsets[e] = append(offsets[e], d)
+			}
+		}
 	}
 	type hop struct {
 		event string

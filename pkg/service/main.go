@@ -79,6 +79,8 @@ func Main(p Program, args []string, lookupEnv func(string) (string, bool), stdou
 		stop()
 	}()
 
+	defer startCPUProfile(p.Name, lookupEnv, stderr)()
+
 	log.Info("starting", "grpc_addr", p.Config.Base().GRPCAddr, "pid", os.Getpid())
 	if err := p.Run(ctx, log); err != nil {
 		log.Error("failed", "error", err.Error())

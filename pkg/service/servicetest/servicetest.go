@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,13 +99,25 @@ func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 		p.err = p.cmd.Wait()
 		close(p.exited)
 	}()
+	profiling := slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, service.CPUProfileEnv+"=") })
 	t.Cleanup(func() {
 		select {
 		case <-p.exited:
+			return
 		default:
-			_ = p.cmd.Process.Kill()
-			<-p.exited
 		}
+		if profiling {
+			// A profiled process writes its profile as it stops: ask it
+			// to stop, and kill it only when it does not.
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.exited:
+				return
+			case <-time.After(StopTimeout):
+			}
+		}
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 	})
 	return p
 }
