@@ -47,10 +47,11 @@ type stepReads struct {
 // orgID's model override for use. The Reader it returns answers those
 // reads from them and queries the rest, so the resolution's rules stay in
 // one place. A runner's step decision makes these reads under the chat's
-// lock, one after the other they were three round trips.
-func (r Reader) WithStepReads(ctx context.Context, configID, userID, orgID uuid.UUID, use string) (Reader, error) {
+// lock, one after the other they were three round trips. also are more
+// calls for the same round trip: the step's other reads.
+func (r Reader) WithStepReads(ctx context.Context, configID, userID, orgID uuid.UUID, use string, also ...func(*queries.Queries)) (Reader, error) {
 	s := &stepReads{configID: configID, userID: userID, orgID: orgID, use: use}
-	err := r.q.Pipeline(ctx,
+	calls := append([]func(*queries.Queries){
 		func(q *queries.Queries) { s.config, s.configErr = q.ChatModelConfigGetWithProvider(ctx, configID) },
 		func(q *queries.Queries) {
 			s.threshold, s.thresholdErr = q.ChatUserCompactionThresholdGet(ctx, queries.ChatUserCompactionThresholdGetParams{UserID: userID, ModelConfigID: configID})
@@ -58,7 +59,8 @@ func (r Reader) WithStepReads(ctx context.Context, configID, userID, orgID uuid.
 		func(q *queries.Queries) {
 			s.override, s.overrideErr = q.ChatOrganizationModelOverrideGet(ctx, queries.ChatOrganizationModelOverrideGetParams{OrganizationID: orgID, Context: use})
 		},
-	)
+	}, also...)
+	err := r.q.Pipeline(ctx, calls...)
 	if err != nil {
 		return r, fmt.Errorf("error reading the model configuration for a step: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/modelconfig"
 )
 
@@ -28,8 +29,15 @@ func TestStepReadsAnswerAsTheQueriesDo(t *testing.T) {
 	compare := func(step string, id uuid.UUID) {
 		t.Helper()
 		plain := f.store.Reader()
-		piped, err := plain.WithStepReads(f.ctx, id, user, org, modelconfig.OverrideCompaction)
+		// A step's other read rides in the same round trip and gets what
+		// the query alone gets.
+		var alsoRow queries.ChatModelConfigGetWithProviderRow
+		var alsoErr error
+		also := func(q *queries.Queries) { alsoRow, alsoErr = q.ChatModelConfigGetWithProvider(f.ctx, id) }
+		piped, err := plain.WithStepReads(f.ctx, id, user, org, modelconfig.OverrideCompaction, also)
 		require.NoError(t, err, step)
+		aloneRow, aloneErr := queries.New(f.pool).ChatModelConfigGetWithProvider(f.ctx, id)
+		require.Equal(t, fmt.Sprint(aloneRow, aloneErr), fmt.Sprint(alsoRow, alsoErr), step)
 		read := func(r modelconfig.Reader) string {
 			cfg, prov, err := r.ResolveWithProvider(f.ctx, org, &id)
 			th, thOK, thErr := r.UserCompactionThreshold(f.ctx, user, id)

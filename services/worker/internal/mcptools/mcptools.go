@@ -176,7 +176,7 @@ func (p *Provider) Close() {
 // server of the chat's organization. Only a database error is an error;
 // an unreachable server is logged and left out.
 func (p *Provider) Tools(ctx context.Context, chat queries.Chat) ([]agenttools.Tool, error) {
-	servers, err := p.q.MCPServerListEnabled(ctx, chat.OrganizationID)
+	servers, err := p.listEnabled(ctx, chat.OrganizationID)
 	if err != nil {
 		return nil, fmt.Errorf("list MCP servers of organization %s: %w", chat.OrganizationID, err)
 	}

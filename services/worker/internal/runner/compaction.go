@@ -171,10 +171,17 @@ func (r *runner) compactionTriggers(ctx context.Context, tx *chatstate.Tx, p *pl
 	chat, models := tx.Chat(), modelconfig.NewReader(tx.Queries())
 	if id := chat.LastModelConfigID; id != nil {
 		// The chat model, the owner's threshold for it and the override
-		// in one round trip; the resolution below reads them from there.
+		// in one round trip, with the MCP servers the model call's
+		// toolbox will list; the resolution below reads them from there.
+		var servers []queries.ChatMcpServer
+		var serversErr error
+		listServers := func(q *queries.Queries) { servers, serversErr = q.MCPServerListEnabled(ctx, chat.OrganizationID) }
 		var err error
-		if models, err = models.WithStepReads(ctx, *id, chat.OwnerID, chat.OrganizationID, modelconfig.OverrideCompaction); err != nil {
+		if models, err = models.WithStepReads(ctx, *id, chat.OwnerID, chat.OrganizationID, modelconfig.OverrideCompaction, listServers); err != nil {
 			return compaction.Triggers{}, nil, err
+		}
+		if serversErr == nil {
+			p.mcpServers = &servers
 		}
 	}
 	cfg, prov, err := r.resolveChatModel(ctx, models, chat)

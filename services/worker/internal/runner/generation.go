@@ -22,6 +22,7 @@ import (
 	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 	"github.com/chatd/chatd/services/worker/internal/agenttools"
+	"github.com/chatd/chatd/services/worker/internal/mcptools"
 )
 
 // errTurnLimit ends a model call that ran past the turn time limit.
@@ -63,6 +64,10 @@ type plan struct {
 	// model is the chat model when the bundle already resolved it
 	// (compactionTriggers); nil: openModel reads it.
 	model *chatModel
+	// mcpServers are the organization's enabled MCP servers when the
+	// bundle read them with the model (compactionTriggers); nil: the
+	// toolbox reads them.
+	mcpServers *[]queries.ChatMcpServer
 	// compaction is set when the model call is a compaction's summary
 	// (compaction.go).
 	compaction *compactionPlan
@@ -264,7 +269,11 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 		return false, err
 	}
 	timeline.Mark("worker.prepare.model")
-	tb, err := r.toolbox(pctx, p.chat)
+	tctx := pctx
+	if p.mcpServers != nil {
+		tctx = mcptools.WithEnabledServers(pctx, p.chat.OrganizationID, *p.mcpServers)
+	}
+	tb, err := r.toolbox(tctx, p.chat)
 	timeline.Mark("worker.prepare.toolbox")
 	if err != nil {
 		prepare.End(stageError(ctx, err))
