@@ -113,9 +113,23 @@ func (f *fixture) addServer(name, url string, headers map[string]string, token s
 	return row
 }
 
+// provider returns a provider over the fixture's pool, closed when the
+// test ends.
+func (f *fixture) provider(opts mcptools.Options) *mcptools.Provider {
+	p := mcptools.New(f.pool, opts)
+	f.t.Cleanup(p.Close)
+	return p
+}
+
 func (f *fixture) toolbox(p *mcptools.Provider) *agenttools.Toolbox {
 	f.t.Helper()
-	tb, err := agenttools.Collect(f.ctx, f.chat, []agenttools.Provider{p})
+	return f.toolboxIn(f.ctx, p)
+}
+
+// toolboxIn is the chat's toolbox from p, collected with ctx.
+func (f *fixture) toolboxIn(ctx context.Context, p *mcptools.Provider) *agenttools.Toolbox {
+	f.t.Helper()
+	tb, err := agenttools.Collect(ctx, f.chat, []agenttools.Provider{p})
 	require.NoError(f.t, err)
 	return tb
 }
@@ -137,8 +151,7 @@ func TestToolsAndCalls(t *testing.T) {
 	f := newFixture(t)
 	srv := newMCPServer(t)
 	f.addServer("tools", srv.URL, map[string]string{"X-Api-Key": "k-123"}, "tok-456")
-	p := mcptools.New(f.pool, mcptools.Options{})
-	t.Cleanup(p.Close)
+	p := f.provider(mcptools.Options{})
 
 	tb := f.toolbox(p)
 	require.Equal(t, []string{"tools__broken", "tools__echo", "tools__files_read"}, names(tb))
@@ -188,8 +201,7 @@ func TestServerChangesAndFailures(t *testing.T) {
 	f := newFixture(t)
 	srv := newMCPServer(t)
 	row := f.addServer("svc", srv.URL, nil, "")
-	p := mcptools.New(f.pool, mcptools.Options{})
-	t.Cleanup(p.Close)
+	p := f.provider(mcptools.Options{})
 
 	tb := f.toolbox(p)
 	_, isErr := tb.Run(f.ctx, "c1", "svc__echo", json.RawMessage(`{"text":"a"}`))
@@ -225,8 +237,7 @@ func TestServerChangesAndFailures(t *testing.T) {
 	t.Cleanup(down.Close)
 	f.addServer("down", down.URL, nil, "")
 	f.addServer("refused", "http://127.0.0.1:1/mcp", nil, "")
-	p2 := mcptools.New(f.pool, mcptools.Options{ConnectTimeout: 5 * time.Second})
-	t.Cleanup(p2.Close)
+	p2 := f.provider(mcptools.Options{ConnectTimeout: 5 * time.Second})
 	require.Equal(t, []string{"svc__broken", "svc__echo", "svc__files_read"}, names(f.toolbox(p2)))
 	hits := downHits.Load()
 	require.Positive(t, hits)
@@ -270,8 +281,7 @@ func TestCancelledCall(t *testing.T) {
 	f := newFixture(t)
 	srv := newMCPServer(t)
 	f.addServer("svc", srv.URL, nil, "")
-	p := mcptools.New(f.pool, mcptools.Options{})
-	t.Cleanup(p.Close)
+	p := f.provider(mcptools.Options{})
 	tb := f.toolbox(p)
 	ctx, cancel := context.WithCancel(f.ctx)
 	cancel()

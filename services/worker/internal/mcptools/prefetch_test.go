@@ -7,7 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/db/queries"
-	"github.com/chatd/chatd/services/worker/internal/agenttools"
 	"github.com/chatd/chatd/services/worker/internal/mcptools"
 )
 
@@ -17,27 +16,20 @@ import (
 func TestToolsUseTheServersTheBundleRead(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	srv := newMCPServer(t)
-	stored := f.addServer("tools", srv.URL, nil, "")
-	p := mcptools.New(f.pool, mcptools.Options{})
-	t.Cleanup(p.Close)
+	stored := f.addServer("tools", newMCPServer(t).URL, nil, "")
+	p := f.provider(mcptools.Options{})
+	all := []string{"tools__broken", "tools__echo", "tools__files_read"}
 
 	// The bundle's reading says the organization has no servers (it read
 	// before this one was added, say): nothing is offered.
-	ctx := mcptools.WithEnabledServers(f.ctx, f.chat.OrganizationID, nil)
-	tb, err := agenttools.Collect(ctx, f.chat, []agenttools.Provider{p})
-	require.NoError(t, err)
+	tb := f.toolboxIn(mcptools.WithEnabledServers(f.ctx, f.chat.OrganizationID, nil), p)
 	require.Empty(t, names(tb), "the bundle's reading is used, not the database's")
 
 	// Its reading of the server is used as it was read.
-	ctx = mcptools.WithEnabledServers(f.ctx, f.chat.OrganizationID, []queries.ChatMcpServer{stored})
-	tb, err = agenttools.Collect(ctx, f.chat, []agenttools.Provider{p})
-	require.NoError(t, err)
-	require.Equal(t, []string{"tools__broken", "tools__echo", "tools__files_read"}, names(tb))
+	tb = f.toolboxIn(mcptools.WithEnabledServers(f.ctx, f.chat.OrganizationID, []queries.ChatMcpServer{stored}), p)
+	require.Equal(t, all, names(tb))
 
 	// A reading of another organization's servers is not this chat's.
-	ctx = mcptools.WithEnabledServers(f.ctx, uuid.New(), nil)
-	tb, err = agenttools.Collect(ctx, f.chat, []agenttools.Provider{p})
-	require.NoError(t, err)
-	require.Equal(t, []string{"tools__broken", "tools__echo", "tools__files_read"}, names(tb), "read from the database")
+	tb = f.toolboxIn(mcptools.WithEnabledServers(f.ctx, uuid.New(), nil), p)
+	require.Equal(t, all, names(tb), "read from the database")
 }

@@ -16,8 +16,7 @@ func TestToolResultsScrubServerCredentials(t *testing.T) {
 	f := newFixture(t)
 	srv := newMCPServer(t)
 	f.addServer("tools", srv.URL, map[string]string{"X-Api-Key": "hdr-secret-789"}, "tok-secret-456")
-	p := mcptools.New(f.pool, mcptools.Options{})
-	t.Cleanup(p.Close)
+	p := f.provider(mcptools.Options{})
 
 	tb := f.toolbox(p)
 	out, isErr := tb.Run(f.ctx, "c1", "tools__echo", json.RawMessage(`{"text":"Bearer tok-secret-456 and hdr-secret-789"}`))

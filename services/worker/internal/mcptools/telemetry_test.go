@@ -37,8 +37,7 @@ func TestMCPConnectStage(t *testing.T) {
 	dead.Close()
 	f.addServer("live", live.URL, nil, "")
 	f.addServer("dead", dead.URL, nil, "")
-	p := mcptools.New(f.pool, mcptools.Options{})
-	t.Cleanup(p.Close)
+	p := f.provider(mcptools.Options{})
 
 	base := telemetry.ContextWithStages(telemetry.WithStageIdentity(f.ctx, telemetry.ScopeTurn, telemetry.ChatKindSubagent), stages)
 	list := func() (parent telemetry.Stage, tools []string) {
