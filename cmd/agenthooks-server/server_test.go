@@ -28,6 +28,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/agenthooks"
 	"github.com/chatd/chatd/pkg/hooks"
+	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
 const (
@@ -266,10 +267,7 @@ func TestRunServesTLS(t *testing.T) {
 	require.NoError(t, os.WriteFile(certFile, certPEM, 0o600))
 	require.NoError(t, os.WriteFile(keyFile, keyPEM, 0o600))
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
+	addr := servicetest.FreeAddr(t)
 	url := "https://" + addr + "/hook"
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
 // restCall sends a JSON request to the stack's api as token and returns the
@@ -84,11 +84,8 @@ func TestRedactionEndToEnd(t *testing.T) {
 	defer provider.Close()
 
 	// A hook consumer on an internal address that refuses connections: a
-	// port that was free a moment ago, on loopback.
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	hookAddr := lis.Addr().String()
-	require.NoError(t, lis.Close())
+	// port reserved for this test that nothing listens on, on loopback.
+	hookAddr := servicetest.FreeAddr(t)
 	const hookPath = "/internal-hooks/7f3a"
 	hookURL := "https://" + hookAddr + hookPath
 

@@ -2,7 +2,6 @@ package auth_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
 // jwksVerifier is a Verifier for srv's JWKS with clk and a one-minute
@@ -158,16 +158,13 @@ func TestJWKSServerDown(t *testing.T) {
 
 	t.Run("connection refused", func(t *testing.T) {
 		t.Parallel()
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		require.NoError(t, err)
-		url := "http://" + l.Addr().String() + "/jwks.json"
-		require.NoError(t, l.Close())
+		url := "http://" + servicetest.FreeAddr(t) + "/jwks.json"
 		clk := newClock()
 		v := jwksVerifier(t, url, clk)
 
 		tok := signWith(t, jwt.SigningMethodRS256, rsaKey1(), "rsa1", claims(clk.Now()))
 		start := time.Now()
-		_, err = v.Verify(t.Context(), tok)
+		_, err := v.Verify(t.Context(), tok)
 		require.Less(t, time.Since(start), 2*time.Second)
 		requireAuthError(t, err, auth.ErrKeysUnavailable, "")
 		require.Contains(t, err.Error(), "the keys that verify bearer tokens are unavailable; try again later (JWKS "+url+": ")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/agenthooks"
 	"github.com/chatd/chatd/pkg/hooks"
+	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
 // A dispatch verified by the SDK's handler end to end, over TLS.
@@ -294,11 +295,7 @@ func TestBrokenConnectionRetriedWithIdenticalJWT(t *testing.T) {
 // closedAddr returns a loopback address nothing listens on.
 func closedAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
+	return servicetest.FreeAddr(t)
 }
 
 // A refused connection is retried once; the retry reaches the consumer.

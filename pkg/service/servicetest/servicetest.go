@@ -11,7 +11,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -52,16 +51,6 @@ func Build(t testing.TB, dir string) string {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "go build in %s:\n%s", dir, out)
 	return bin
-}
-
-// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago.
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := l.Addr().String()
-	require.NoError(t, l.Close())
-	return addr
 }
 
 // Env returns the test process's environment without any CHATD_* variable
@@ -206,6 +195,13 @@ func (p *Process) poll(t testing.TB, what string, cond func() error) {
 	for {
 		err := cond()
 		if err == nil {
+			select {
+			case <-p.exited:
+				// Whatever answered, it was not this process.
+				require.FailNow(t, "process exited, yet something answered "+what,
+					"exit: %v\nstderr:\n%s", p.err, p.Stderr())
+			default:
+			}
 			return
 		}
 		select {

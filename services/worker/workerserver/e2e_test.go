@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +26,7 @@ import (
 	"github.com/chatd/chatd/pkg/natstest"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
 // startWorker runs the whole worker (acquisition, manager, real runners,
@@ -52,10 +52,7 @@ func startWorkerAt(t testing.TB, dbURL, natsURL string, drainSeconds int) (stop 
 // configure.
 func startWorkerWith(t testing.TB, dbURL, natsURL string, configure func(*Config)) (stop func(), addr string) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr = l.Addr().String()
-	require.NoError(t, l.Close())
+	addr = servicetest.FreeAddr(t)
 	cfg := &Config{
 		Common: service.Common{
 			DatabaseURL: dbURL, NATSURL: natsURL, GRPCAddr: addr, ShutdownTimeout: 5 * time.Second,
