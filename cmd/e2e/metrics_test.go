@@ -91,7 +91,7 @@ func TestMetricsEndpoints(t *testing.T) {
 				}
 			}
 			if len(missing) == 0 || time.Now().After(end) {
-				require.Empty(t, missing, "%s /metrics lacks these series:\n%s", tc.service, text)
+				require.Empty(t, missing, "%s /metrics lacks these series; it answered:\n%s\n%s", tc.service, text, s.Stderr())
 				break
 			}
 			<-time.After(50 * time.Millisecond)
