@@ -207,9 +207,14 @@ func TestWebUIQueueEditRetryTools(t *testing.T) {
 	p.wait("the interrupting message answered", jsStatus+` === 'waiting' && `+last+` === 'interrupted it' && `+queued+`.length === 0`)
 
 	// Edit the first message: what followed it goes, the new reply comes.
-	p.do("click Edit", chromedp.Click(chromedp.CSS(`[data-testid=message][data-role=user] [data-testid=edit-message]`)))
-	// The edit fills the composer when the UI has handled the click (a
-	// stream event re-rendering the list at that moment delays it).
+	// The button is clicked as an element, not at its coordinates: a mouse
+	// click lands where the button was when it was scrolled into view, and
+	// the list follows the reply to its bottom on a re-render that comes
+	// before the scroll event reaches the page (the click then hits
+	// whatever is there now).
+	require.True(t, evalJS[bool](p, `(() => { const b = document.querySelector('[data-testid=message][data-role=user] [data-testid=edit-message]'); b?.click(); return !!b })()`),
+		"the first message has an Edit button")
+	// The edit fills the composer when the UI has handled the click.
 	p.wait("the message in the composer", `document.querySelector('[data-testid=composer-input]').value === '::stream 300 20'`)
 	p.fill(`[data-testid=composer-input]`, "::reply edited")
 	u.click("send-button")
