@@ -683,8 +683,7 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 
 // finish applies a finished read's result f and appends its events to evs.
 func (c *conn) finish(ctx context.Context, evs []streamloop.Event, f streamloop.Fetched) ([]streamloop.Event, error) {
-	fin, err := c.loop.Finish(ctx, f)
-	return append(evs, fin...), err
+	return c.loop.AppendFinish(ctx, evs, f)
 }
 
 // syncRetries bounds how often a failing Sync is retried before the stream

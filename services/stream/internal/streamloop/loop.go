@@ -384,26 +384,34 @@ func (r *PendingRead) Ready() (f Fetched, ok bool) {
 // Finish applies a completed read: the rest of the Sync (or Bootstrap) it
 // was prepared for. Like Sync it is all or nothing.
 func (l *Loop) Finish(ctx context.Context, f Fetched) ([]Event, error) {
+	return l.AppendFinish(ctx, nil, f)
+}
+
+// AppendFinish is Finish appending its events to dst (returned as is on
+// an error), so that a connection reuses one slice for every Sync: with
+// thousands of watchers of a chat, a new slice per watcher per change was
+// a good part of the replica's CPU in a turn's first rounds.
+func (l *Loop) AppendFinish(ctx context.Context, dst []Event, f Fetched) ([]Event, error) {
 	if f.r == nil || f.r.l != l {
-		return nil, errors.New("stream loop: finishing a read of another loop")
+		return dst, errors.New("stream loop: finishing a read of another loop")
 	}
 	if l.prepare(nil).in != f.r.in {
 		// Another Sync moved the loop since the read was prepared: its
 		// result no longer fits (the caller runs one read at a time).
-		return nil, fmt.Errorf("stream loop of chat %s: finishing a read prepared at another position", l.chatID)
+		return dst, fmt.Errorf("stream loop of chat %s: finishing a read prepared at another position", l.chatID)
 	}
 	h, db := f.r.h, f.db
 	if h != nil && db.chat.SnapshotVersion <= l.st.SnapshotVersion {
-		return nil, nil
+		return dst, nil
 	}
 	if h == nil && l.st.SnapshotVersion > 0 && db.chat.SnapshotVersion <= l.st.SnapshotVersion {
 		// Resumed at the current state: nothing unseen. Adopt the fields a
 		// cursor does not carry.
 		l.st.WorkerID = db.chat.WorkerID
 		l.configure(ctx, db.chat)
-		return nil, nil
+		return dst, nil
 	}
-	return l.apply(ctx, db)
+	return l.apply(ctx, dst, db)
 }
 
 const changedMessagesSQL = `SELECT id, role::text, content, visibility::text, deleted, queued_message_id, revision, usage, created_at
@@ -569,17 +577,18 @@ func nonNullJSON(r json.RawMessage) json.RawMessage {
 // apply is the spec's "Applying the database result", steps 1 to 10. It is
 // all or nothing: on error the local state is as before, so the Sync can be
 // retried.
-func (l *Loop) apply(ctx context.Context, db dbState) (evs []Event, err error) {
+func (l *Loop) apply(ctx context.Context, dst []Event, db dbState) (evs []Event, err error) {
 	saved := l.st // Known is only replaced or written at the very end
 	defer func() {
 		if err != nil {
 			l.st = saved
+			evs = dst
 		}
 	}()
 	c := db.chat
 	st := &l.st
 	var known knownUpdate
-	em := emitter{chatID: l.chatID, st: st, startHistory: st.HistoryVersion}
+	em := emitter{chatID: l.chatID, st: st, startHistory: st.HistoryVersion, events: dst, base: len(dst)}
 	status := string(c.Status)
 
 	// 1. Message synchronization.
@@ -765,6 +774,7 @@ type emitter struct {
 	chatID       uuid.UUID
 	st           *State
 	events       []Event
+	base         int // events before this index are not the emitter's
 	startHistory int64
 	pending      *Cursor
 	done         bool // step 10 ran: the state is whole
@@ -802,7 +812,7 @@ func (e *emitter) emit(typ string, payload any) {
 // finish stamps the last event with the state after step 10, so a client
 // holding it resumes with no Sync left half done.
 func (e *emitter) finish() {
-	if n := len(e.events); n > 0 {
+	if n := len(e.events); n > e.base {
 		e.pending = nil
 		e.done = true
 		e.events[n-1].Cursor = e.cursor()
