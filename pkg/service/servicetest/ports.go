@@ -75,13 +75,14 @@ func reservePort() (int, func(), error) {
 	if reservedPorts.count <= 0 {
 		return 0, nil, errors.New("no room for test ports outside the ephemeral range")
 	}
-	dir := filepath.Join(os.TempDir(), "chatd-test-ports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	// One directory per user: another user's lock files would not open.
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("chatd-test-ports-%d", os.Getuid()))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return 0, nil, fmt.Errorf("create the port lock directory: %w", err)
 	}
 	for range reservedPorts.count {
 		port := reservedPorts.first + int(nextPort.Add(1)%uint32(reservedPorts.count))
-		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDONLY, 0o600)
 		if err != nil {
 			return 0, nil, fmt.Errorf("open the lock of port %d: %w", port, err)
 		}
