@@ -68,9 +68,14 @@ func (e Event) AppendJSON(dst, cursor []byte) ([]byte, error) {
 		dst = append(dst, cursor...)
 		return append(dst, `"}`...), nil
 	}
-	payload, err := json.Marshal(e.Payload)
-	if err != nil {
-		return nil, err
+	var payload []byte
+	if m, ok := e.Payload.(Message); ok && m.encoded != nil {
+		payload = m.encoded
+	} else {
+		var err error
+		if payload, err = json.Marshal(e.Payload); err != nil {
+			return nil, err
+		}
 	}
 	// The envelope is written by hand, byte for byte what marshalling it
 	// as a map gives (keys sorted, the payload's key among them): a Sync
@@ -174,6 +179,11 @@ type Message struct {
 	QueuedMessageID *int64    `json:"queued_message_id,omitempty,string"`
 	CreatedAt       time.Time `json:"created_at"`
 	Usage           *Usage    `json:"usage,omitempty"`
+	// encoded is the message's JSON, made with it (encodeMessage): a
+	// shared read's message goes to every watcher of the chat, and each
+	// watcher's loop used to marshal it again. A Message is never modified
+	// once made, so the bytes stay its encoding.
+	encoded []byte
 }
 
 // Usage is the token usage of an assistant message, as REST's Usage.
@@ -271,6 +281,11 @@ func encodeMessage(chatID uuid.UUID, m msgRow) (Message, error) {
 		u.PromptTokens, u.OutputTokens = stored.PromptTokens, stored.OutputTokens
 		out.Usage = &u
 	}
+	encoded, err := json.Marshal(out)
+	if err != nil {
+		return Message{}, fmt.Errorf("message %d: %w", m.ID, err)
+	}
+	out.encoded = encoded
 	return out, nil
 }
 
