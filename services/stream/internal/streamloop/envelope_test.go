@@ -17,7 +17,16 @@ func TestEventEnvelopeMatchesMapMarshal(t *testing.T) {
 		streamloop.TypePreviewReset, streamloop.TypeMessage, streamloop.TypeStatus, streamloop.TypeError,
 		streamloop.TypeQueueUpdate, streamloop.TypeActionRequired, streamloop.TypeRetry, streamloop.TypeHistoryReset,
 	}
-	payload := streamloop.StatusPayload{Status: "running <now> & \u2028later"}
+	for _, payload := range []any{
+		streamloop.StatusPayload{Status: "running <now> & \u2028later"}, streamloop.StatusPayload{Status: "waiting"},
+		struct{}{}, streamloop.ErrorPayload{Message: "boom"},
+	} {
+		checkEnvelopes(t, types, payload)
+	}
+}
+
+func checkEnvelopes(t *testing.T, types []string, payload any) {
+	t.Helper()
 	for _, typ := range types {
 		for _, cursor := range []string{"", "v1.abc-_=", `odd"<cursor>&\`, "caf\u00e9"} {
 			ev := streamloop.Event{Type: typ, ChatID: uuid.New(), Payload: payload}

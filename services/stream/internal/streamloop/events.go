@@ -68,10 +68,18 @@ func (e Event) AppendJSON(dst, cursor []byte) ([]byte, error) {
 		dst = append(dst, cursor...)
 		return append(dst, `"}`...), nil
 	}
+	// The payloads every watcher gets at a turn's start and end are
+	// written without reflection: byte for byte what json.Marshal gives.
 	var payload []byte
-	if m, ok := e.Payload.(Message); ok && m.encoded != nil {
-		payload = m.encoded
-	} else {
+	switch p := e.Payload.(type) {
+	case Message:
+		payload = p.encoded
+	case StatusPayload:
+		payload = append(appendJSONString(append(make([]byte, 0, 32), `{"status":`...), p.Status), '}')
+	case struct{}:
+		payload = []byte("{}")
+	}
+	if payload == nil {
 		var err error
 		if payload, err = json.Marshal(e.Payload); err != nil {
 			return nil, err
