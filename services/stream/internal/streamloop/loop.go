@@ -324,9 +324,13 @@ func (l *Loop) PrepareSync(h Hints) (*PendingRead, bool) {
 func (l *Loop) PrepareBootstrap() *PendingRead { return l.prepare(nil) }
 
 func (l *Loop) prepare(h *Hints) *PendingRead {
-	in := readInput{chatID: l.chatID, history: l.st.HistoryVersion, queue: l.st.QueueVersion,
+	return &PendingRead{l: l, in: l.position(), h: h}
+}
+
+// position is what a read prepared now would depend on.
+func (l *Loop) position() readInput {
+	return readInput{chatID: l.chatID, history: l.st.HistoryVersion, queue: l.st.QueueVersion,
 		actionHistory: l.st.ActionHistoryVersion, resumeInsideFull: l.st.pending != nil && l.st.pending.Reset}
-	return &PendingRead{l: l, in: in, h: h}
 }
 
 // chatOnly reports whether the hints say only the chat row moved (history
@@ -395,7 +399,7 @@ func (l *Loop) AppendFinish(ctx context.Context, dst []Event, f Fetched) ([]Even
 	if f.r == nil || f.r.l != l {
 		return dst, errors.New("stream loop: finishing a read of another loop")
 	}
-	if l.prepare(nil).in != f.r.in {
+	if l.position() != f.r.in {
 		// Another Sync moved the loop since the read was prepared: its
 		// result no longer fits (the caller runs one read at a time).
 		return dst, fmt.Errorf("stream loop of chat %s: finishing a read prepared at another position", l.chatID)
