@@ -6,12 +6,13 @@ package pgcluster
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
+
+	"github.com/chatd/chatd/pkg/localport"
 )
 
 // ErrUnreachable is returned by Start as root when the postgres user, which
@@ -30,6 +31,8 @@ type Cluster struct {
 	// settings are the server's -o options (its port among them), kept so
 	// Start can bring a stopped server back on the same address.
 	settings string
+	// releasePort gives the server's port back (Remove).
+	releasePort func()
 }
 
 // Options tunes Start.
@@ -77,9 +80,12 @@ func Start(dir string, opts Options) (c *Cluster, err error) {
 			return nil, fmt.Errorf("pg_ctl stop (a server left running in %s): %v: %s", data, err, out)
 		}
 	}
-	port, err := freePort()
+	// Reserved, not merely free a moment ago: the port must stay free for
+	// the first start and for every restart after a Stop (the fault tests
+	// restart the server under load, when outgoing connections come and go).
+	port, release, err := localport.Reserve()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reserve a port: %w", err)
 	}
 	socketDir := "''"
 	if opts.Socket {
@@ -94,12 +100,14 @@ func Start(dir string, opts Options) (c *Cluster, err error) {
 		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}
 	c = &Cluster{
-		Dir:      dir,
-		URL:      fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
-		run:      run,
-		settings: settings,
+		Dir:         dir,
+		URL:         fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
+		run:         run,
+		settings:    settings,
+		releasePort: release,
 	}
 	if err := c.Start(); err != nil {
+		release()
 		return nil, err
 	}
 	return c, nil
@@ -132,6 +140,9 @@ func (c *Cluster) Remove() error {
 	}
 	if err := os.RemoveAll(c.Dir); err != nil {
 		errs = append(errs, err)
+	}
+	if c.releasePort != nil {
+		c.releasePort()
 	}
 	return errors.Join(errs...)
 }
@@ -198,13 +209,4 @@ func Bin(name string) string {
 		}
 	}
 	return best
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
