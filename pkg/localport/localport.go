@@ -20,17 +20,16 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 )
 
-// reservedPorts is the range FreeAddr draws from; see portRange.
+// reservedPorts is the range Reserve draws from; see portRange.
 var reservedPorts = portRange()
 
 // nextPort spreads this process's reservations over the range from a
-// random start, so that concurrent test binaries rarely try the same
-// ports first.
+// random start, so that processes reserving at the same time rarely try
+// the same ports first.
 var nextPort atomic.Uint32
 
 func init() { nextPort.Store(rand.Uint32()) }
@@ -42,12 +41,9 @@ type ports struct{ first, count int }
 func portRange() ports {
 	lo, hi := 32768, 60999 // Linux's default
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if l, err := strconv.Atoi(f[0]); err == nil {
-				if h, err := strconv.Atoi(f[1]); err == nil {
-					lo, hi = l, h
-				}
-			}
+		var l, h int
+		if _, err := fmt.Sscan(string(b), &l, &h); err == nil {
+			lo, hi = l, h
 		}
 	}
 	const want = 8000
@@ -61,7 +57,7 @@ func portRange() ports {
 // back; the caller holds it until then (or until its process exits).
 func Reserve() (port int, release func(), err error) {
 	if reservedPorts.count <= 0 {
-		return 0, nil, errors.New("no room for test ports outside the ephemeral range")
+		return 0, nil, errors.New("no room for reserved ports outside the ephemeral range")
 	}
 	// One directory per user: another user's lock files would not open.
 	dir := filepath.Join(os.TempDir(), fmt.Sprintf("chatd-test-ports-%d", os.Getuid()))
