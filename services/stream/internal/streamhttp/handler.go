@@ -361,9 +361,6 @@ type conn struct {
 	batches PartBatches           // nil without live parts or with feed
 	taken   []streamloop.LivePart // reused by takeParts
 	out     []streamloop.Event    // reused by run: a send's events
-	// frames[i] is the shared encoding cache of the event i being sent
-	// (takeParts sets it; other events have none).
-	frames   []*streamloop.Frames
 	hints    chan streamloop.Hints
 	overflow atomic.Bool
 }
@@ -656,7 +653,6 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 		case <-readyC:
 			in = input{kind: inputParts}
 		}
-		c.frames = c.frames[:0]
 		evs, err := apply(in, c.out[:0])
 		for n := 0; err == nil && n < maxCoalesced; n++ {
 			next, ok := waiting()
@@ -760,8 +756,8 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn, f
 			return nil
 		}
 		buf = buf[:0]
-		for i, e := range evs {
-			fr := c.frameOf(i)
+		for _, e := range evs {
+			fr := e.Frames
 			if b, ok := fr.Get(e.Cursor, false); ok {
 				buf = append(buf, b...)
 				continue
@@ -792,8 +788,8 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 	timeout := interval(s.WriteTimeout, DefaultWriteTimeout)
 	var buf, cursor []byte
 	send := func(evs []streamloop.Event) error {
-		for i, e := range evs {
-			fr := c.frameOf(i)
+		for _, e := range evs {
+			fr := e.Frames
 			if b, ok := fr.Get(e.Cursor, true); ok {
 				buf = append(buf[:0], b...) // the shared bytes are never handed out
 			} else {
@@ -844,33 +840,17 @@ func (c *conn) partBatch(evs []streamloop.Event, p streamloop.LivePart, partC <-
 
 // takeParts applies the parts waiting in the shared source (up to
 // maxPartBatch; the source wakes the loop again for the rest), appending
-// their events to evs and their shared encodings to c.frames.
+// their events to evs.
 func (c *conn) takeParts(evs []streamloop.Event) ([]streamloop.Event, error) {
 	var err error
 	c.taken, err = c.batches.Take(c.taken[:0], maxPartBatch)
 	if err != nil {
 		return nil, err
 	}
-	// c.frames lines up with evs: the events before these have none.
-	for len(c.frames) < len(evs) {
-		c.frames = append(c.frames, nil)
-	}
 	for _, p := range c.taken {
-		n := len(evs)
 		if evs, err = c.loop.AppendPart(evs, p); err != nil {
 			return nil, err
 		}
-		for range evs[n:] {
-			c.frames = append(c.frames, p.Frames)
-		}
 	}
 	return evs, nil
-}
-
-// frameOf is the shared encoding cache of the event i being sent, or nil.
-func (c *conn) frameOf(i int) *streamloop.Frames {
-	if i < len(c.frames) {
-		return c.frames[i]
-	}
-	return nil
 }

@@ -37,6 +37,11 @@ type Event struct {
 	// (shared by the loops that emit the part), else the type's payload value.
 	Payload any
 	Cursor  Cursor
+	// Frames, when set, caches the event's encoding for every loop that
+	// emits the same event at the same cursor: a live part's (shared by
+	// the part hub) or a shared read's application's (applyMemo). Nil
+	// caches nothing.
+	Frames *Frames
 }
 
 // MarshalJSON renders the event with its payload under the key named after

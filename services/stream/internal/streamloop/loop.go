@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/google/uuid"
@@ -67,6 +68,12 @@ type State struct {
 	AttemptRetired       bool
 	// pending is a half-done message step inherited from a resume cursor.
 	pending *Cursor
+	// knownVersion identifies Known's content (see stateKey); knownOwned
+	// says this loop alone holds Known, so it may change it in place. A
+	// map another loop may hold (an adopted application's) is copied
+	// before it changes.
+	knownVersion *knownVersion
+	knownOwned   bool
 }
 
 // NeedsFetch is the spec's hint check (Sync steps 1 to 3).
@@ -202,6 +209,7 @@ func New(pool *pgxpool.Pool, chatID uuid.UUID, parts Parts, resume *Cursor) *Loo
 	}
 	l := &Loop{pool: pool, chatID: chatID, parts: parts}
 	l.st.Known = map[int64]int64{}
+	l.st.knownOwned = true
 	if c := resume; c != nil {
 		l.st.SnapshotVersion = c.SnapshotVersion
 		l.st.HistoryVersion = c.HistoryVersion
@@ -238,6 +246,9 @@ type dbState struct {
 	refresh   []msgRow // non-nil: full refresh (visible rows)
 	queue     []queries.ChatQueuedMessage
 	toolCalls []ToolCall
+	// memo, on a shared read, shares its application among the loops
+	// that apply it from the same state.
+	memo *applyMemo
 }
 
 type msgRow struct {
@@ -582,6 +593,16 @@ func nonNullJSON(r json.RawMessage) json.RawMessage {
 // all or nothing: on error the local state is as before, so the Sync can be
 // retried.
 func (l *Loop) apply(ctx context.Context, dst []Event, db dbState) (evs []Event, err error) {
+	var claim *memoEntry
+	if db.memo != nil {
+		var done *memoResult
+		if done, claim = db.memo.lookup(&l.st); done != nil {
+			db.memo.adopted.Add(1)
+			l.st = done.st
+			l.configure(ctx, db.chat) // step 9 is the loop's own
+			return append(dst, done.events...), nil
+		}
+	}
 	saved := l.st // Known is only replaced or written at the very end
 	defer func() {
 		if err != nil {
@@ -662,11 +683,22 @@ func (l *Loop) apply(ctx context.Context, dst []Event, db dbState) (evs []Event,
 	st.GenerationAttempt = c.GenerationAttempt
 	if known.replace != nil {
 		st.Known = known.replace
+		st.knownVersion, st.knownOwned = new(knownVersion), true
 	}
-	for _, u := range known.set {
-		st.Known[u[0]] = u[1]
+	if len(known.set) > 0 {
+		if !st.knownOwned {
+			st.Known, st.knownOwned = maps.Clone(st.Known), true
+		}
+		for _, u := range known.set {
+			st.Known[u[0]] = u[1]
+		}
+		st.knownVersion = new(knownVersion)
 	}
 	em.finish()
+	if claim != nil {
+		st.knownOwned = false // the result shares it from now on
+		claim.store(*st, em.events[em.base:])
+	}
 	return em.events, nil
 }
 
@@ -705,6 +737,7 @@ func (l *Loop) AppendPart(dst []Event, p LivePart) ([]Event, error) {
 	st.PartSeq = p.Seq
 	em := emitter{chatID: l.chatID, st: st, startHistory: st.HistoryVersion, events: dst}
 	em.emit(TypeMessagePart, mp)
+	em.events[len(em.events)-1].Frames = p.Frames
 	return em.events, nil
 }
 

@@ -52,6 +52,7 @@ type Reads struct {
 
 	transactions atomic.Int64
 	shared       atomic.Int64
+	adopted      atomic.Int64
 }
 
 // ReadsOptions configures NewReads.
@@ -92,6 +93,10 @@ func (r *Reads) Transactions() int64 { return r.transactions.Load() }
 
 // Shared is the number of Syncs served by a read another Sync started.
 func (r *Reads) Shared() int64 { return r.shared.Load() }
+
+// AdoptedApplies is the number of Syncs that took another loop's
+// application of a shared read instead of computing their own (applyMemo).
+func (r *Reads) AdoptedApplies() int64 { return r.adopted.Load() }
 
 // readKey is what a read's messages depend on.
 type readKey struct {
@@ -231,6 +236,7 @@ func (r *Reads) run(f *flight) {
 	r.transactions.Add(1)
 	timeline.Mark("stream.flight")
 	f.db, f.cov, f.err = readShared(ctx, r.pool, f.in, minQueue, minAction, chatOnly)
+	f.db.memo = &applyMemo{adopted: &r.adopted}
 	timeline.Mark("stream.flight.done")
 }
 
