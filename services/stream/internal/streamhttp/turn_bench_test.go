@@ -41,6 +41,9 @@ import (
 //   - missed: parts a watcher never got (must be 0);
 //   - cpu_ns/delivery: the process's CPU per part delivered to a watcher,
 //     over the whole turn (its Syncs included);
+//   - adopted_applies/watcher: Syncs per watcher that adopted another
+//     loop's application of a shared read (near 1 when the turn's one
+//     update is applied once per replica);
 //   - db_acquires/update: pool acquisitions per chat update (one per
 //     watcher when every loop reads alone);
 //   - connect_s, connect_cpu_s: connecting every watcher (wall and the
@@ -86,6 +89,7 @@ func BenchmarkTurn(b *testing.B) {
 		b.ReportMetric(pct(r.lat, 100), "max_ms")
 		b.ReportMetric(float64(r.cpu.Nanoseconds())/float64(parts*int64(n)), "cpu_ns/delivery")
 		b.ReportMetric(float64(r.acquires)/float64(chats*replicas), "db_acquires/update")
+		b.ReportMetric(float64(r.adopted)/float64(n), "adopted_applies/watcher")
 		b.ReportMetric(0, "ns/op")
 	}
 }
@@ -96,6 +100,7 @@ type turnReplica struct {
 	handler http.Handler
 	relay   *relay
 	pool    *pgxpool.Pool
+	reads   *streamloop.Reads
 }
 
 type turnEnv struct {
@@ -151,7 +156,7 @@ func newTurnEnv(b *testing.B, chats, replicas int) *turnEnv {
 		benchServer(s, rl.hub)
 		mux := http.NewServeMux()
 		s.Register(mux)
-		e.replicas = append(e.replicas, &turnReplica{handler: mux, relay: rl, pool: rp})
+		e.replicas = append(e.replicas, &turnReplica{handler: mux, relay: rl, pool: rp, reads: s.Reads})
 	}
 	return e
 }
@@ -203,6 +208,9 @@ type turnResult struct {
 	missed     int64
 	cpu        time.Duration
 	acquires   int64
+	// adopted is the Syncs that adopted another loop's application of a
+	// shared read.
+	adopted int64
 }
 
 // turn commits a new episode in every chat and streams parts into it once
@@ -218,9 +226,10 @@ func (e *turnEnv) turn(b *testing.B, sinks [][]*sink, parts int64, rate float64)
 			s.record.Store(true)
 		}
 	}
-	var acq0 int64
+	var acq0, adopted0 int64
 	for _, rp := range e.replicas {
 		acq0 += rp.pool.Stat().AcquireCount()
+		adopted0 += rp.reads.AdoptedApplies()
 	}
 	cpu0 := cpuTime()
 	committed := make([]time.Time, len(e.chats))
@@ -278,8 +287,10 @@ func (e *turnEnv) turn(b *testing.B, sinks [][]*sink, parts int64, rate float64)
 	r.cpu = cpuTime() - cpu0
 	for _, rp := range e.replicas {
 		r.acquires += rp.pool.Stat().AcquireCount()
+		r.adopted += rp.reads.AdoptedApplies()
 	}
 	r.acquires -= acq0
+	r.adopted -= adopted0
 	for c, cs := range sinks {
 		for _, s := range cs {
 			s.record.Store(false)
