@@ -480,6 +480,11 @@ const (
 	inputParts
 )
 
+// maxSteps bounds the earlier reads a notification's Sync applies before
+// its own (see Step): each moves the loop to a newer snapshot, so only a
+// loop many notifications behind meets the bound, and it then reads.
+const maxSteps = 4
+
 // maxCoalesced bounds how many further inputs one send takes in (see run).
 const maxCoalesced = 16
 
@@ -554,19 +559,33 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 				startRead(c.loop.PrepareBootstrap())
 				return evs, nil
 			}
-			r, ok := c.loop.PrepareSync(h)
-			if !ok {
-				return evs, nil
-			}
 			// A read the notification prefetched is applied here and
 			// now: thousands of watchers of one chat then cost no
-			// goroutine and no wait each.
-			f, ready := r.Ready()
-			if !ready {
-				startRead(r)
-				return evs, nil
+			// goroutine and no wait each. A loop that fell a
+			// notification behind first applies that one's read
+			// (Step), then this one's.
+			for range maxSteps {
+				r, ok := c.loop.PrepareSync(h)
+				if !ok {
+					return evs, nil
+				}
+				f, ready := r.Ready()
+				if ready {
+					return c.finish(ctx, evs, f)
+				}
+				if f, ready = r.Step(); !ready {
+					startRead(r)
+					return evs, nil
+				}
+				var err error
+				if evs, err = c.finish(ctx, evs, f); err != nil {
+					return evs, err
+				}
 			}
-			return c.finish(ctx, evs, f)
+			if r, ok := c.loop.PrepareSync(h); ok {
+				startRead(r)
+			}
+			return evs, nil
 		case inputDone:
 			inFlight = false
 			switch d := &in.done; {

@@ -396,6 +396,26 @@ func (r *PendingRead) Ready() (f Fetched, ok bool) {
 	return Fetched{r: r, db: db}, true
 }
 
+// Step returns, when Ready has nothing, a finished shared read at the
+// loop's position that is newer than the loop's state but not as new as
+// the hint: the read of an earlier notification the loop did not get to
+// before this one arrived (thousands of watchers take their turn on the
+// CPU while the next commit lands). Finishing it is the Sync that
+// notification would have been; the loop then prepares this Sync again
+// from its new position, where the newer read usually waits (Ready).
+// Without this each lagging loop started a read of its own, a goroutine
+// and a wait per watcher. ok is false when there is no such read.
+func (r *PendingRead) Step() (f Fetched, ok bool) {
+	if r.l.reads == nil || r.h == nil {
+		return Fetched{}, false
+	}
+	db, ok := r.l.reads.newer(r.in, r.l.st.SnapshotVersion)
+	if !ok {
+		return Fetched{}, false
+	}
+	return Fetched{r: r, db: db}, true
+}
+
 // Finish applies a completed read: the rest of the Sync (or Bootstrap) it
 // was prepared for. Like Sync it is all or nothing.
 func (l *Loop) Finish(ctx context.Context, f Fetched) ([]Event, error) {

@@ -166,6 +166,20 @@ func (r *Reads) ready(in readInput, minSnapshot *int64) (dbState, bool) {
 	return f.db, true
 }
 
+// newer is the result of a finished read at in's position whose snapshot
+// is past after (the loop's own) and that holds what the loop needs, if
+// there is one (PendingRead.Step).
+func (r *Reads) newer(in readInput, after int64) (dbState, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f := r.chats[in.chatID][readKey{history: in.history, resumeInsideFull: in.resumeInsideFull}]
+	if f == nil || !isDone(f) || f.err != nil || f.db.chat.SnapshotVersion <= after || !f.cov.covers(f.db, in) {
+		return dbState{}, false
+	}
+	r.shared.Add(1)
+	return f.db, true
+}
+
 // usable reports whether finished flight f serves a loop at in.
 func usable(f *flight, in readInput, minSnapshot *int64) bool {
 	return minSnapshot != nil && f.db.chat.SnapshotVersion >= *minSnapshot && f.cov.covers(f.db, in)
