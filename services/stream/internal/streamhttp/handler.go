@@ -729,6 +729,30 @@ func interval(d, def time.Duration) time.Duration {
 
 var sseHeartbeat = []byte(": heartbeat\n\n")
 
+// sendBuffers are the buffers sends encode into, shared by the replica's
+// connections: a connection holds one only while it writes. A buffer of
+// its own per connection grew (allocating and clearing fresh memory) the
+// first time each watcher got a larger batch, which for thousands of
+// watchers of one chat was a good part of a turn's opening round, and it
+// was held for the connection's life.
+var sendBuffers = sync.Pool{New: func() any { b := make([]byte, 0, sendBufferSize); return &b }}
+
+const (
+	sendBufferSize = 8 << 10
+	// maxPooledSendBuffer: a buffer grown past it (a long history sent at
+	// connect) is left to the garbage collector rather than kept.
+	maxPooledSendBuffer = 256 << 10
+)
+
+func getSendBuffer() *[]byte { return sendBuffers.Get().(*[]byte) }
+
+func putSendBuffer(bp *[]byte) {
+	if cap(*bp) <= maxPooledSendBuffer {
+		*bp = (*bp)[:0]
+		sendBuffers.Put(bp)
+	}
+}
+
 func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn, first []streamloop.Event) {
 	rc := http.NewResponseController(w)
 	h := w.Header()
@@ -767,14 +791,17 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn, f
 		}
 		return rc.Flush()
 	}
-	// One buffer per connection, reused: a batch of events is one write
-	// and one flush.
-	var buf, cursor []byte
+	// A batch of events is one write and one flush, from a buffer of the
+	// replica's pool (see sendBuffers).
+	var cursor []byte
 	send := func(evs []streamloop.Event) error {
 		if len(evs) == 0 {
 			return nil
 		}
-		buf = buf[:0]
+		bp := getSendBuffer()
+		defer putSendBuffer(bp)
+		buf := (*bp)[:0]
+		defer func() { *bp = buf }()
 		for _, e := range evs {
 			fr := e.Frames
 			if b, ok := fr.Get(e.Cursor, false); ok {
@@ -805,8 +832,15 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 	defer ws.CloseNow() //nolint:errcheck // closing anyway
 	ctx = ws.CloseRead(ctx)
 	timeout := interval(s.WriteTimeout, DefaultWriteTimeout)
-	var buf, cursor []byte
+	var cursor []byte
 	send := func(evs []streamloop.Event) error {
+		if len(evs) == 0 {
+			return nil
+		}
+		bp := getSendBuffer()
+		defer putSendBuffer(bp)
+		buf := (*bp)[:0]
+		defer func() { *bp = buf }()
 		for _, e := range evs {
 			fr := e.Frames
 			if b, ok := fr.Get(e.Cursor, true); ok {
