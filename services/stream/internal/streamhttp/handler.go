@@ -107,15 +107,28 @@ type Server struct {
 	// DefaultFanOutWindow.
 	FanOutWindow time.Duration
 	initOnce     sync.Once
-	cache        *connectCache // nil without ConnectCacheTTL
-	streams      streamCounts
-	updates      updateHub
+	// stopped is Done as a context (nil without Done): each loop's
+	// context ends with it, so a loop waits on one channel fewer, and not
+	// on one that every loop of the replica shares (its lock was taken by
+	// every loop at every wake).
+	stopped context.Context
+	cache   *connectCache // nil without ConnectCacheTTL
+	streams streamCounts
+	updates updateHub
 }
 
 func (s *Server) init() {
 	s.initOnce.Do(func() {
 		if s.ConnectCacheTTL > 0 {
 			s.cache = newConnectCache(s.ConnectCacheTTL)
+		}
+		if s.Done != nil {
+			ctx, cancel := context.WithCancel(context.Background())
+			s.stopped = ctx
+			go func() {
+				<-s.Done
+				cancel()
+			}()
 		}
 	})
 }
@@ -354,13 +367,13 @@ type PartBatches interface {
 
 // conn is one connection's loop and its inputs.
 type conn struct {
-	s       *Server
-	chatID  uuid.UUID
-	loop    *streamloop.Loop
-	feed    PartFeed              // nil without live parts or with batches
-	batches PartBatches           // nil without live parts or with feed
-	taken   []streamloop.LivePart // reused by takeParts
-	out     []streamloop.Event    // reused by run: a send's events
+	s        *Server
+	chatID   uuid.UUID
+	loop     *streamloop.Loop
+	feed     PartFeed              // nil without live parts or with batches
+	batches  PartBatches           // nil without live parts or with feed
+	taken    []streamloop.LivePart // reused by takeParts
+	out      []streamloop.Event    // reused by run: a send's events
 	hints    chan streamloop.Hints
 	overflow atomic.Bool
 }
@@ -508,6 +521,9 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 	var reading sync.WaitGroup
 	defer reading.Wait() // after cancel (defers run last first)
 	defer cancel()
+	if c.s.stopped != nil {
+		defer context.AfterFunc(c.s.stopped, cancel)()
+	}
 	hb := interval(c.s.Heartbeat, DefaultHeartbeat)
 	var partC <-chan streamloop.LivePart
 	if c.feed != nil {
@@ -623,22 +639,23 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 	}
 	beatT := time.NewTicker(hb)
 	defer beatT.Stop()
-	stop := c.s.Done
 	for {
 		var in input
 		var readyC <-chan struct{}
 		if c.batches != nil {
 			readyC = c.batches.Ready()
 		}
-		// Triggers wait while a read is in flight; parts do not.
-		hintsC, polledC, pollTickC := c.hints, polled, pollC
+		// Triggers wait while a read is in flight; parts do not. A
+		// select locks every channel it waits on, at every wake: those
+		// that cannot be ready are left out.
+		hintsC, polledC, pollTickC, doneC := c.hints, polled, pollC, done
 		if inFlight {
 			hintsC, polledC, pollTickC = nil, nil, nil
+		} else {
+			doneC = nil
 		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-stop:
 			return
 		case <-beatT.C:
 			if beat() != nil {
@@ -665,7 +682,7 @@ func (c *conn) run(ctx context.Context, first []streamloop.Event, send func([]st
 				return readDone{hints: &h, err: err}
 			})
 			continue
-		case d := <-done:
+		case d := <-doneC:
 			in = input{kind: inputDone, done: d}
 		case p := <-partC:
 			in = input{kind: inputPart, part: p}

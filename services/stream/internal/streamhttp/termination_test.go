@@ -99,3 +99,31 @@ func TestClientThatStopsReadingIsDropped(t *testing.T) {
 	require.Eventually(t, func() bool { return srv.NATS.NumSubscriptions() == 0 }, 10*time.Second, 20*time.Millisecond,
 		"the loop of a client that stopped reading ended")
 }
+
+// TestServiceDoneEndsEveryStream: closing the server's Done (the service
+// shutting down) ends every open stream, and each
+// releases its chat:update subscription.
+func TestServiceDoneEndsEveryStream(t *testing.T) {
+	t.Parallel()
+	var srv *streamhttp.Server
+	done := make(chan struct{})
+	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { srv = s; s.Done = done })
+	a, b := e.create(), e.create()
+	ca, cb := e.connect(a, ""), e.connect(b, "")
+	ca.next(t, 3)
+	cb.next(t, 3)
+	require.Equal(t, 2, srv.NATS.NumSubscriptions())
+	close(done)
+	require.Eventually(t, func() bool { return srv.NATS.NumSubscriptions() == 0 }, 5*time.Second, 10*time.Millisecond,
+		"every loop ended")
+	for _, c := range []*sseConn{ca, cb} {
+		deadline := time.After(10 * time.Second)
+		for open := true; open; {
+			select {
+			case _, open = <-c.events:
+			case <-deadline:
+				t.Fatal("the response did not end")
+			}
+		}
+	}
+}
