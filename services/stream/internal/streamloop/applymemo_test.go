@@ -139,3 +139,46 @@ func indexOf(loops []*streamloop.Loop, l *streamloop.Loop) int {
 	}
 	return -1
 }
+
+// TestSharedApplyLongHistoryByLineage: loops whose known-message maps are
+// too large to compare entry by entry share an application only with loops
+// of their lineage. Loops that bootstrapped one after another (each its own
+// map) compute their own, and still emit exactly what a loop reading alone
+// emits; loops that adopted from one another keep sharing. Not parallel:
+// it lowers the package's bound for its duration.
+func TestSharedApplyLongHistoryByLineage(t *testing.T) {
+	defer streamloop.SetMaxComparedKnown(1)()
+	h := newHarness(t)
+	id := h.create() // two messages: past the bound of 1
+	reads := streamloop.NewReads(h.pool, streamloop.ReadsOptions{})
+	apart := newSharedGroup(h, id, reads, 3, nil)
+	syncEach(t, h, append(apart.shared, apart.private), nil) // one bootstrap after another
+
+	c := h.commitStep(id, "partial")
+	want, err := apart.private.Sync(h.ctx, *hintsOf(c))
+	require.NoError(t, err)
+	before := reads.AdoptedApplies()
+	for i, got := range syncEach(t, h, apart.shared, hintsOf(c)) {
+		require.Equal(t, exact(t, want), exact(t, got), "loop %d", i)
+	}
+	require.Equal(t, before, reads.AdoptedApplies(), "maps of different lineages are not compared")
+
+	// Loops resumed from one cursor start with the same (empty) map: the
+	// first shared apply is computed once and adopted, and from then on
+	// the loops are one lineage and keep sharing.
+	cursor := want[len(want)-1].Cursor
+	together := newSharedGroup(h, id, reads, 3, &cursor)
+	for _, commit := range []func() queries.Chat{
+		func() queries.Chat { return h.commitStep(id, "more") },
+		func() queries.Chat { return h.commitAndFinish(id, "answer") },
+	} {
+		c := commit()
+		want, err = together.private.Sync(h.ctx, *hintsOf(c))
+		require.NoError(t, err)
+		before = reads.AdoptedApplies()
+		for i, got := range syncEach(t, h, together.shared, hintsOf(c)) {
+			require.Equal(t, exact(t, want), exact(t, got), "loop %d", i)
+		}
+		require.Equal(t, int64(len(together.shared)-1), reads.AdoptedApplies()-before, "one lineage shares")
+	}
+}
