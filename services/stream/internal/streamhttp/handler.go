@@ -761,13 +761,16 @@ const (
 	maxPooledSendBuffer = 256 << 10
 )
 
-func getSendBuffer() *[]byte { return sendBuffers.Get().(*[]byte) }
-
-func putSendBuffer(bp *[]byte) {
-	if cap(*bp) <= maxPooledSendBuffer {
-		*bp = (*bp)[:0]
+// withSendBuffer runs encode on an empty buffer of the pool and returns
+// the buffer encode returns (grown, perhaps) to the pool.
+func withSendBuffer(encode func(buf []byte) ([]byte, error)) error {
+	bp := sendBuffers.Get().(*[]byte)
+	buf, err := encode((*bp)[:0])
+	if cap(buf) <= maxPooledSendBuffer {
+		*bp = buf[:0]
 		sendBuffers.Put(bp)
 	}
+	return err
 }
 
 func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn, first []streamloop.Event) {
@@ -815,27 +818,25 @@ func (s *Server) serveSSE(ctx context.Context, w http.ResponseWriter, c *conn, f
 		if len(evs) == 0 {
 			return nil
 		}
-		bp := getSendBuffer()
-		defer putSendBuffer(bp)
-		buf := (*bp)[:0]
-		defer func() { *bp = buf }()
-		for _, e := range evs {
-			fr := e.Frames
-			if b, ok := fr.Get(e.Cursor, false); ok {
-				buf = append(buf, b...)
-				continue
+		return withSendBuffer(func(buf []byte) ([]byte, error) {
+			for _, e := range evs {
+				fr := e.Frames
+				if b, ok := fr.Get(e.Cursor, false); ok {
+					buf = append(buf, b...)
+					continue
+				}
+				start := len(buf)
+				cursor = e.Cursor.AppendEncoded(cursor[:0])
+				buf = append(append(append(buf, "id: "...), cursor...), "\ndata: "...)
+				var err error
+				if buf, err = e.AppendJSON(buf, cursor); err != nil {
+					return buf, err
+				}
+				buf = append(buf, "\n\n"...)
+				fr.Put(e.Cursor, false, buf[start:])
 			}
-			start := len(buf)
-			cursor = e.Cursor.AppendEncoded(cursor[:0])
-			buf = append(append(append(buf, "id: "...), cursor...), "\ndata: "...)
-			var err error
-			if buf, err = e.AppendJSON(buf, cursor); err != nil {
-				return err
-			}
-			buf = append(buf, "\n\n"...)
-			fr.Put(e.Cursor, false, buf[start:])
-		}
-		return write(buf)
+			return buf, write(buf)
+		})
 	}
 	beat := func() error { return write(sseHeartbeat) }
 	c.run(ctx, first, send, beat)
@@ -854,30 +855,28 @@ func (s *Server) serveWebSocket(ctx context.Context, w http.ResponseWriter, r *h
 		if len(evs) == 0 {
 			return nil
 		}
-		bp := getSendBuffer()
-		defer putSendBuffer(bp)
-		buf := (*bp)[:0]
-		defer func() { *bp = buf }()
-		for _, e := range evs {
-			fr := e.Frames
-			if b, ok := fr.Get(e.Cursor, true); ok {
-				buf = append(buf[:0], b...) // the shared bytes are never handed out
-			} else {
-				cursor = e.Cursor.AppendEncoded(cursor[:0])
-				var err error
-				if buf, err = e.AppendJSON(buf[:0], cursor); err != nil {
-					return err
+		return withSendBuffer(func(buf []byte) ([]byte, error) {
+			for _, e := range evs {
+				fr := e.Frames
+				if b, ok := fr.Get(e.Cursor, true); ok {
+					buf = append(buf[:0], b...) // the shared bytes are never handed out
+				} else {
+					cursor = e.Cursor.AppendEncoded(cursor[:0])
+					var err error
+					if buf, err = e.AppendJSON(buf[:0], cursor); err != nil {
+						return buf, err
+					}
+					fr.Put(e.Cursor, true, buf)
 				}
-				fr.Put(e.Cursor, true, buf)
+				wctx, cancel := context.WithTimeout(ctx, timeout)
+				err := ws.Write(wctx, websocket.MessageText, buf)
+				cancel()
+				if err != nil {
+					return buf, err
+				}
 			}
-			wctx, cancel := context.WithTimeout(ctx, timeout)
-			err := ws.Write(wctx, websocket.MessageText, buf)
-			cancel()
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+			return buf, nil
+		})
 	}
 	beat := func() error {
 		pctx, cancel := context.WithTimeout(ctx, interval(s.Heartbeat, DefaultHeartbeat))

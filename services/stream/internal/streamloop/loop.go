@@ -132,7 +132,8 @@ type LivePart struct {
 	// or Data as a JSON string. Part uses it as is and never modifies it.
 	JSON json.RawMessage
 	// Frames, when set, is shared by every loop that applies this part: the
-	// connections cache the part's encoded event there. The loop ignores it.
+	// loop hands it on with the part's event (Event.Frames), and the
+	// connections cache the part's encoded event there.
 	Frames *Frames
 	// Message, when set, is the part's message_part payload, built once
 	// for every loop that emits it (Prepared); it is never modified.

@@ -156,24 +156,25 @@ func (r *Reads) ready(in readInput, minSnapshot *int64) (dbState, bool) {
 	if minSnapshot == nil {
 		return dbState{}, false
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	f := r.chats[in.chatID][readKey{history: in.history, resumeInsideFull: in.resumeInsideFull}]
-	if f == nil || !isDone(f) || f.err != nil || !usable(f, in, minSnapshot) {
-		return dbState{}, false
-	}
-	r.shared.Add(1)
-	return f.db, true
+	return r.finished(in, func(f *flight) bool { return usable(f, in, minSnapshot) })
 }
 
 // newer is the result of a finished read at in's position whose snapshot
 // is past after (the loop's own) and that holds what the loop needs, if
 // there is one (PendingRead.Step).
 func (r *Reads) newer(in readInput, after int64) (dbState, bool) {
+	return r.finished(in, func(f *flight) bool {
+		return f.db.chat.SnapshotVersion > after && f.cov.covers(f.db, in)
+	})
+}
+
+// finished is the result of the read at in's position when it finished
+// without an error and fits; ok is false otherwise.
+func (r *Reads) finished(in readInput, fits func(*flight) bool) (dbState, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f := r.chats[in.chatID][readKey{history: in.history, resumeInsideFull: in.resumeInsideFull}]
-	if f == nil || !isDone(f) || f.err != nil || f.db.chat.SnapshotVersion <= after || !f.cov.covers(f.db, in) {
+	if f == nil || !isDone(f) || f.err != nil || !fits(f) {
 		return dbState{}, false
 	}
 	r.shared.Add(1)
