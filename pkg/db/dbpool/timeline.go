@@ -32,3 +32,17 @@ func queryName(sql string) string {
 	word, _, _ := strings.Cut(strings.TrimSpace(sql), " ")
 	return word
 }
+
+// TraceBatchStart marks a pipeline's start (queries.Pipeline) as "sql
+// <application name> batch", and each of its statements as its result
+// is read ("sql <application name> <name> done").
+func (timelineQueries) TraceBatchStart(ctx context.Context, conn *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	timeline.Mark("sql " + conn.Config().RuntimeParams["application_name"] + " batch")
+	return ctx
+}
+
+func (timelineQueries) TraceBatchQuery(_ context.Context, conn *pgx.Conn, data pgx.TraceBatchQueryData) {
+	timeline.Mark("sql " + conn.Config().RuntimeParams["application_name"] + " " + queryName(data.SQL) + " done")
+}
+
+func (timelineQueries) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
