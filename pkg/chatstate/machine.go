@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
@@ -168,10 +169,10 @@ func (m *Machine) afterCommit(ctx context.Context, snaps ...Snapshot) {
 
 func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	timeline.Mark("bundle.begin")
-	ptx, err := m.pool.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("begin transition bundle: %w", err)
-	}
+	// The BEGIN travels with the bundle's first round trip (OpenBundle's
+	// batch), which also takes the connection: a pool that has none to
+	// give fails that round trip.
+	ptx := dbpool.BeginPipelined(m.pool)
 	returned := false
 	defer func() {
 		if !returned {
@@ -181,7 +182,7 @@ func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 			_ = ptx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	err = fn(ptx)
+	err := fn(ptx)
 	returned = true
 	if err != nil {
 		if rbErr := ptx.Rollback(ctx); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {

@@ -82,7 +82,28 @@ func (g *Guard) TraceRelease(_ *pgxpool.Pool, data pgxpool.TraceReleaseData) {
 // TraceQueryStart tracks transaction begin and end, and reports a query
 // on another connection than the goroutine's open transaction's.
 func (g *Guard) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	sql := strings.ToLower(strings.TrimSpace(data.SQL))
+	g.statement(conn, data.SQL)
+	return ctx
+}
+
+// TraceBatchStart does for a batch what TraceQueryStart does for its
+// first statement: a batch that begins a transaction (pgx's
+// Batch.BeginTx) opens it.
+func (g *Guard) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	if data.Batch != nil && len(data.Batch.QueuedQueries) > 0 {
+		g.statement(conn, data.Batch.QueuedQueries[0].SQL)
+	}
+	return ctx
+}
+
+// TraceBatchQuery implements pgx.BatchTracer.
+func (g *Guard) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+
+// TraceBatchEnd implements pgx.BatchTracer.
+func (g *Guard) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+func (g *Guard) statement(conn *pgx.Conn, sql string) {
+	sql = strings.ToLower(strings.TrimSpace(sql))
 	switch {
 	case sql == "begin" || strings.HasPrefix(sql, "begin "):
 		g.begin(goroutineID(), conn)
@@ -91,7 +112,6 @@ func (g *Guard) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.Tr
 	default:
 		g.violation("goroutine ran a query on another connection", claim(goroutineID(), conn))
 	}
-	return ctx
 }
 
 // TraceQueryEnd implements pgx.QueryTracer.

@@ -101,3 +101,28 @@ func TestGuardReportsAQueryOnAnotherConnection(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, rec.take())
 }
+
+func TestGuardSeesATransactionBegunByABatch(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	pool := dbtest.NewPoolOn(t, dbtest.NewDatabase(t), dbpool.Options{MaxConns: 4, Tracer: txguard.New(rec.report)})
+	ctx := context.Background()
+
+	tx := dbpool.BeginPipelined(pool)
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit: ErrTxClosed; on a failure: frees the connection the pool's Close waits for
+	b := &pgx.Batch{}
+	b.Queue("SELECT 1")
+	require.NoError(t, tx.SendBatch(ctx, b).Close())
+	require.Empty(t, rec.take(), "the batch runs on the transaction's connection")
+
+	_, err := pool.Exec(ctx, "SELECT 1")
+	require.NoError(t, err)
+	msgs := rec.take()
+	require.Len(t, msgs, 1, "the batch's BEGIN opened a transaction the guard knows")
+	require.Contains(t, msgs[0], "acquired a pool connection")
+
+	require.NoError(t, tx.Commit(ctx))
+	_, err = pool.Exec(ctx, "SELECT 1")
+	require.NoError(t, err)
+	require.Empty(t, rec.take(), "the commit ended it")
+}
