@@ -436,6 +436,7 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 		return false, err
 	}
 	spec := runner.Spec{ChatID: id, WorkerID: l.cfg.WorkerID, RunnerID: runnerID, TakenOver: takenOver, First: first}
+	timeline.Mark("worker.spawn")
 	if err := l.spawner.Spawn(ctx, spec); err != nil {
 		// No runner will heartbeat the chat: hand it back at once rather
 		// than after the lease.

@@ -83,6 +83,7 @@ type plan struct {
 // A committed step changes history_version, which makes the loop replace
 // this goroutine, so it returns after CommitStep; it loops only to retry.
 func (r *runner) generate(ctx context.Context, in intent) error {
+	timeline.Mark("worker.generate")
 	for {
 		began := r.clock.Now()
 		var p plan

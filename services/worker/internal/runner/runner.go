@@ -18,6 +18,7 @@ import (
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/telemetry"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // Config defaults (DESIGN.md "From chat-runs", spec "Generation goroutine").
@@ -144,6 +145,7 @@ func (r *runner) Run(ctx context.Context) error {
 	if r.deps.NATS == nil || r.deps.Machine == nil {
 		return errors.New("runner: Deps.NATS and Deps.Machine are required")
 	}
+	timeline.Mark("worker.runner")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
