@@ -22,6 +22,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 	"github.com/chatd/chatd/services/worker/internal/runner"
@@ -350,6 +351,7 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 	var adm admission
 	var takenOver bool
 	var first *runner.FirstStep
+	var stepReads *modelconfig.ChatStepReads // read with the lock when bundleFirst
 	stepper, bundleFirst := l.spawner.(FirstStepper)
 	acquireFn := func(tx *chatstate.Tx) error {
 		c := tx.Chat()
@@ -403,7 +405,7 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 			return nil
 		}
 		var err error
-		first, err = stepper.FirstStep(ctx, tx, runner.Spec{ChatID: id, WorkerID: l.cfg.WorkerID, RunnerID: runnerID, TakenOver: owned})
+		first, err = stepper.FirstStep(ctx, tx, runner.Spec{ChatID: id, WorkerID: l.cfg.WorkerID, RunnerID: runnerID, TakenOver: owned, StepReads: stepReads})
 		if err != nil {
 			return fmt.Errorf("%w: %w", errFirstStep, err)
 		}
@@ -416,8 +418,14 @@ func (l *Loop) TryAcquire(ctx context.Context, id uuid.UUID) (acquired bool, err
 		}
 		if bundleFirst {
 			// The first step's decision reads the history before anything
-			// writes it: read it with the lock.
+			// writes it, and the chat's model configuration: read them
+			// with the lock.
 			opts = append(opts, chatstate.WithActiveMessages())
+			var calls []func(*queries.Queries)
+			stepReads, calls = runner.FirstStepReads(ctx, id)
+			for _, call := range calls {
+				opts = append(opts, chatstate.WithRead(call))
+			}
 		}
 		return opts
 	}

@@ -110,6 +110,10 @@ type Spec struct {
 	// First is the first generation step, decided and applied in the
 	// Acquire bundle (DecideFirstStep); nil when none was.
 	First *FirstStep
+	// StepReads, for DecideFirstStep only, are the first step's model
+	// reads queued with the Acquire bundle's lock (FirstStepReads); nil:
+	// the step reads them by ID.
+	StepReads *modelconfig.ChatStepReads
 }
 
 // Runner is one chat runner. Create it with New, start it with Run, feed it

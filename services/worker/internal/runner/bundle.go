@@ -6,10 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/modelconfig"
 )
 
 // Bundled steps. The spec lets one transaction apply several transitions
@@ -103,6 +105,38 @@ func DecideFirstStep(ctx context.Context, deps Deps, spec Spec, tx *chatstate.Tx
 		return nil, nil
 	}
 	return &FirstStep{chat: tx.Chat(), plan: p, began: began}, nil
+}
+
+// FirstStepReads are the reads of chat chatID's first step's model
+// resolution (compactionTriggers) by chat ID, for the Acquire bundle's
+// first round trip (chatstate.WithRead each): the bundle decides the step
+// with one round trip fewer. Spec.StepReads carries them to
+// DecideFirstStep.
+func FirstStepReads(ctx context.Context, chatID uuid.UUID) (*modelconfig.ChatStepReads, []func(*queries.Queries)) {
+	reads := &modelconfig.ChatStepReads{}
+	return reads, reads.Calls(ctx, chatID, modelconfig.OverrideCompaction)
+}
+
+// modelFromStepReads resolves the chat model of the coming model call
+// from the reads the Acquire bundle made with the lock (Spec.StepReads)
+// when compactionTriggers did not (a chat with no usage to judge yet, its
+// first turn): the call then opens it without reading it again, on the way
+// to the turn's first part. A resolution that fails is left to openModel,
+// which meets it again and reports it.
+func (r *runner) modelFromStepReads(ctx context.Context, tx *chatstate.Tx, p *plan) {
+	if p.model != nil || r.spec.StepReads == nil {
+		return
+	}
+	chat := tx.Chat()
+	models, servers, ok := modelconfig.NewReader(tx.Queries()).WithChatStepReads(r.spec.StepReads, chat)
+	if !ok {
+		return
+	}
+	cfg, prov, err := r.resolveChatModel(ctx, models, chat)
+	if err != nil {
+		return
+	}
+	p.model, p.mcpServers = &chatModel{cfg: cfg, provider: prov}, &servers
 }
 
 // stepper is a runner with only what decideStep reads: its limits, clock,

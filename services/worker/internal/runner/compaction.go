@@ -169,7 +169,10 @@ func (r *runner) planCompaction(ctx context.Context, tx *chatstate.Tx, msgs []qu
 func (r *runner) compactionTriggers(ctx context.Context, tx *chatstate.Tx, p *plan) (compaction.Triggers, *modelconfig.ResolvedOverride, error) {
 	var in compaction.Inputs
 	chat, models := tx.Chat(), modelconfig.NewReader(tx.Queries())
-	if id := chat.LastModelConfigID; id != nil {
+	if prefetched, servers, ok := models.WithChatStepReads(r.spec.StepReads, chat); ok {
+		// Read with the Acquire bundle's lock (FirstStepReads).
+		models, p.mcpServers = prefetched, &servers
+	} else if id := chat.LastModelConfigID; id != nil {
 		// The chat model, the owner's threshold for it and the override
 		// in one round trip, with the MCP servers the model call's
 		// toolbox will list; the resolution below reads them from there.

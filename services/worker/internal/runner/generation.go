@@ -231,6 +231,7 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scop
 	if ok, err := r.planAutoCompaction(ctx, tx, msgs, p, scope); ok || err != nil {
 		return err
 	}
+	r.modelFromStepReads(ctx, tx, p)
 	if err := tx.RecordGenerationAttempt(ctx); err != nil {
 		return err
 	}
