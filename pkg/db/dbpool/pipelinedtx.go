@@ -8,14 +8,15 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// BeginPipelined returns a READ COMMITTED transaction on pool that begins
-// with its first statement: a first batch carries the BEGIN as its own
-// first statement (pgx's Batch.BeginTx, one round trip for both); a first
-// Exec, Query, QueryRow, CopyFrom, Prepare or Begin begins it as
-// pool.Begin does, just before. pool.Begin sends BEGIN and waits for it,
-// a round trip that on the way to a turn's first part costs a few hundred
-// microseconds on a busy machine, twice (the api's send bundle and the
-// worker's Acquire bundle each open with a batch).
+// BeginPipelined returns a transaction on pool that begins with its first
+// statement, in the session's default isolation as pool.Begin's (READ
+// COMMITTED unless the server says otherwise). A first batch carries the
+// BEGIN as its own first statement (pgx's Batch.BeginTx: one round trip
+// for both); a first Exec, Query, QueryRow, CopyFrom, Prepare or Begin
+// begins it as pool.Begin does, just before. pool.Begin sends BEGIN and
+// waits for it, a round trip on the way to a turn's first part, twice
+// (the api's send bundle and the worker's Acquire bundle each open with a
+// batch).
 //
 // It takes its connection with its first statement and is otherwise
 // pgxpool's transaction: Commit and Rollback end it and release the
