@@ -247,7 +247,8 @@ func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID, opts ...Bu
 	if err != nil {
 		return nil, fmt.Errorf("lock chat %s: %w", id, err)
 	}
-	tx := &Tx{m: m, q: q, chat: o.Chat, queueLen: o.Queue.QueueLen, now: m.now(o.Queue.Now)}
+	tx := &Tx{m: m, raw: q, chat: o.Chat, queueLen: o.Queue.QueueLen, now: m.now(o.Queue.Now)}
+	tx.q = queries.New(&bundleConn{ptx: ptx, tx: tx}) // sends a held write first (held_write.go)
 	if o.ReadMessages {
 		tx.prefetched = &prefetchedHistory{base: base, rows: o.Messages}
 	}
@@ -273,8 +274,13 @@ func (m *Machine) now(db time.Time) time.Time {
 // transitions; each checks its input state against the table, mutates, and
 // checks where it landed.
 type Tx struct {
-	m        *Machine
-	q        *queries.Queries
+	m *Machine
+	q *queries.Queries
+	// raw is q without the held write's ordering (held_write.go), for
+	// sending that write; nil where nothing is held back (views, creation).
+	raw *queries.Queries
+	// held is Acquire's write, not sent yet (held_write.go).
+	held     *heldAcquire
 	chat     queries.Chat
 	queueLen int64
 	now      time.Time
@@ -452,6 +458,17 @@ func (tx *Tx) begin(t Transition) (State, error) {
 	return from, tx.CheckAllowed(t) // admission.go
 }
 
+// landOwnership checks that ownership transition t left the execution
+// state where it was (from), on the row in hand.
+func (tx *Tx) landOwnership(t Transition, from State) error {
+	to := tx.State()
+	if to != from {
+		return fmt.Errorf("%s moved execution state %s to %s: %w", t, from, to, ErrLandingMismatch)
+	}
+	tx.applied = append(tx.applied, Applied{Transition: t, From: from, To: to})
+	return nil
+}
+
 func ownershipDetail(o Ownership) string {
 	if o == Unowned {
 		return "no worker owns the chat"
@@ -474,15 +491,10 @@ func (tx *Tx) land(ctx context.Context, t Transition, from State, variant string
 		tx.chat, tx.queueLen = row.Chat, row.QueueLen
 		tx.rowFresh, tx.queueTouched = true, false
 	}
-	to := tx.State()
 	if ownershipTransition(t) {
-		// Ownership transitions never move the execution state.
-		if to != from {
-			return fmt.Errorf("%s moved execution state %s to %s: %w", t, from, to, ErrLandingMismatch)
-		}
-		tx.applied = append(tx.applied, Applied{Transition: t, From: from, To: to, Variant: variant})
-		return nil
+		return tx.landOwnership(t, from)
 	}
+	to := tx.State()
 	want, ok := Landing(from, t, variant)
 	if !ok || want != to {
 		return fmt.Errorf("%s from %s (%q) landed in %s, table says %q: %w", t, from, variant, to, want, ErrLandingMismatch)

@@ -25,6 +25,9 @@ func (m *Machine) ownerLease() time.Duration {
 // a runnable chat whose owner's lease went stale needs a new owner, so
 // chat:ownership is emitted for it too).
 func (tx *Tx) committed(ctx context.Context) (Snapshot, error) {
+	if err := tx.sendHeld(ctx); err != nil {
+		return Snapshot{}, err
+	}
 	s := tx.snapshot()
 	c := s.Chat
 	if !s.State().Runnable() || c.WorkerID == nil || c.RunnerID == nil {

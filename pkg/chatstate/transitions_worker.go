@@ -14,19 +14,32 @@ import (
 // Acquire makes (workerID, runnerID) the chat's owner and inserts the
 // runner's initial heartbeat row, on Postgres's clock (never the bundle's
 // injected one: a lease is judged by statement_timestamp()). It does not touch execution state, so a
-// pending compaction request is carried.
+// pending compaction request is carried. In a bundle its write waits for
+// the bundle's next statement or its commit and travels with it
+// (held_write.go).
 func (tx *Tx) Acquire(ctx context.Context, workerID, runnerID uuid.UUID) error {
+	if err := tx.sendHeld(ctx); err != nil {
+		return err
+	}
 	from, err := tx.begin(Acquire)
 	if err != nil {
 		return err
 	}
-	row, err := tx.q.ChatSetOwnerWithHeartbeat(ctx, queries.ChatSetOwnerWithHeartbeatParams{ID: tx.chat.ID, WorkerID: workerID, RunnerID: runnerID})
-	if err != nil {
-		return fmt.Errorf("acquire chat %s for runner %s: %w", tx.chat.ID, runnerID, err)
+	h := &heldAcquire{
+		params:         queries.ChatSetOwnerWithHeartbeatParams{ID: tx.chat.ID, WorkerID: workerID, RunnerID: runnerID},
+		from:           from,
+		historyWritten: tx.historyWritten,
 	}
-	tx.setChat(row)
 	tx.freshRunner = &runnerID
-	return tx.land(ctx, Acquire, from, "")
+	if tx.raw != nil {
+		// The row as the write will leave it: the owner is all it changes.
+		tx.chat.WorkerID, tx.chat.RunnerID = &workerID, &runnerID
+		tx.rowFresh = false
+		tx.held = h
+		return nil
+	}
+	row, err := tx.q.ChatSetOwnerWithHeartbeat(ctx, h.params)
+	return tx.landAcquire(h, row, err)
 }
 
 // Abandon clears the chat's owner.
@@ -198,7 +211,12 @@ func (tx *Tx) RecordGenerationAttempt(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	row, err := tx.q.ChatIncrementGenerationAttempt(ctx, tx.chat.ID)
+	// A worker's Acquire bundle records its runner's first attempt right
+	// after Acquire: both writes go in one round trip.
+	var row queries.Chat
+	if err := tx.withHeld(ctx, func(q *queries.Queries) { row, err = q.ChatIncrementGenerationAttempt(ctx, tx.chat.ID) }); err != nil {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("record generation attempt of chat %s: %w", tx.chat.ID, err)
 	}

@@ -1,0 +1,185 @@
+package chatstate_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/multitracer"
+	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbpool"
+	"github.com/chatd/chatd/pkg/db/dbtest"
+	"github.com/chatd/chatd/pkg/db/queries"
+)
+
+// roundTrips records what each round trip on the pool sent: a statement's
+// first words, or a batch's statements joined by " + ".
+type roundTrips struct {
+	mu    sync.Mutex
+	trips []string
+}
+
+func firstWords(sql string) string {
+	if rest, ok := strings.CutPrefix(sql, "-- name: "); ok {
+		name, _, _ := strings.Cut(rest, " ")
+		return name
+	}
+	word, _, _ := strings.Cut(strings.TrimSpace(sql), " ")
+	return strings.ToLower(word)
+}
+
+func (r *roundTrips) add(trip string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.trips = append(r.trips, trip)
+}
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
+	r.add(firstWords(data.SQL))
+	return ctx
+}
+
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
+	names := make([]string, len(data.Batch.QueuedQueries))
+	for i, q := range data.Batch.QueuedQueries {
+		names[i] = firstWords(q.SQL)
+	}
+	r.add(strings.Join(names, " + "))
+	return ctx
+}
+
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func (r *roundTrips) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.trips
+	r.trips = nil
+	return out
+}
+
+func newTracedHarness(t *testing.T) (*harness, *roundTrips) {
+	t.Helper()
+	rec := &roundTrips{}
+	pool := dbtest.NewPoolOn(t, dbtest.NewDatabase(t), dbpool.Options{MaxConns: 32, Tracer: multitracer.New(dbtest.Guard(t), rec)})
+	return newHarnessOn(t, pool), rec
+}
+
+// TestAcquireTravelsWithTheAttempt: a bundle that acquires a running chat
+// and records the first generation attempt sends both writes in one round
+// trip, and both land in order.
+func TestAcquireTravelsWithTheAttempt(t *testing.T) {
+	t.Parallel()
+	h, rec := newTracedHarness(t)
+	id := h.reach(chatstate.R0, 0, false)
+	runner := uuid.New()
+	rec.take()
+	res := h.do(id, func(tx *chatstate.Tx) error {
+		if err := tx.Acquire(h.ctx, h.worker, runner); err != nil {
+			return err
+		}
+		// The Tx already holds the row Acquire leaves.
+		require.Equal(t, runner, *tx.Chat().RunnerID)
+		require.Equal(t, h.worker, *tx.Chat().WorkerID)
+		return tx.RecordGenerationAttempt(h.ctx)
+	})
+	require.Equal(t, []string{
+		"begin + ChatLockAndBump + ChatQueueLenAndNow",
+		"ChatSetOwnerWithHeartbeat + ChatIncrementGenerationAttempt",
+		"commit",
+	}, rec.take())
+	require.Equal(t, []chatstate.Transition{chatstate.Acquire, chatstate.RecordGenerationAttempt}, transitions(res))
+	require.Equal(t, runner, *res.Chat.RunnerID)
+	require.EqualValues(t, 1, res.Chat.GenerationAttempt)
+
+	s, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, runner, *s.Chat.RunnerID)
+	require.Equal(t, h.worker, *s.Chat.WorkerID)
+	require.EqualValues(t, 1, s.Chat.GenerationAttempt)
+	fresh, err := queries.New(h.pool).ChatHeartbeatIsFresh(h.ctx, queries.ChatHeartbeatIsFreshParams{ChatID: id, RunnerID: runner, LeaseSeconds: 60})
+	require.NoError(t, err)
+	require.True(t, fresh, "Acquire's lease row committed")
+}
+
+// TestHeldAcquireRunsBeforeWhatFollows: a held Acquire is sent before any
+// later statement of its bundle (a read sees the new owner, a queue write
+// lands on the right count) and by the commit when nothing follows.
+func TestHeldAcquireRunsBeforeWhatFollows(t *testing.T) {
+	t.Parallel()
+	h, rec := newTracedHarness(t)
+
+	// Alone: the commit sends it.
+	id := h.reach(chatstate.R0, 0, false)
+	rec.take()
+	runner := uuid.New()
+	res := h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, h.worker, runner) })
+	require.Equal(t, []string{"begin + ChatLockAndBump + ChatQueueLenAndNow", "ChatSetOwnerWithHeartbeat", "commit"}, rec.take())
+	require.Equal(t, []chatstate.Transition{chatstate.Acquire}, transitions(res))
+	s, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, runner, *s.Chat.RunnerID)
+
+	// A read through the bundle's Queries sees the owner.
+	id = h.reach(chatstate.R0, 0, false)
+	runner = uuid.New()
+	h.do(id, func(tx *chatstate.Tx) error {
+		if err := tx.Acquire(h.ctx, h.worker, runner); err != nil {
+			return err
+		}
+		row, err := tx.Queries().ChatGet(h.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, runner, *row.RunnerID)
+		return nil
+	})
+
+	// A queued message after it: the queue's count is re-read after the
+	// queue write, not taken from Acquire's row.
+	id = h.reach(chatstate.R0, 0, false)
+	res = h.do(id, func(tx *chatstate.Tx) error {
+		if err := tx.Acquire(h.ctx, h.worker, uuid.New()); err != nil {
+			return err
+		}
+		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("next")), chatstate.BusyQueue)
+		return err
+	})
+	require.Equal(t, chatstate.R1, res.State())
+	require.EqualValues(t, 1, res.QueueLen)
+	require.Equal(t, []chatstate.Transition{chatstate.Acquire, chatstate.SendMessageQueue}, transitions(res))
+
+	// Abandon after it: the owner's write ran first, so the chat ends
+	// unowned.
+	id = h.reach(chatstate.R0, 0, false)
+	res = h.do(id, func(tx *chatstate.Tx) error {
+		if err := tx.Acquire(h.ctx, h.worker, uuid.New()); err != nil {
+			return err
+		}
+		return tx.Abandon(h.ctx)
+	})
+	require.Equal(t, []chatstate.Transition{chatstate.Acquire, chatstate.Abandon}, transitions(res))
+	s, err = h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.Nil(t, s.Chat.WorkerID)
+
+	// A bundle that fails after it writes nothing.
+	id = h.reach(chatstate.R0, 0, false)
+	_, err = h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		if err := tx.Acquire(h.ctx, h.worker, uuid.New()); err != nil {
+			return err
+		}
+		return errors.New("the caller changed its mind")
+	})
+	require.Error(t, err)
+	s, err = h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.Nil(t, s.Chat.WorkerID)
+}
