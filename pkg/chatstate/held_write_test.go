@@ -183,3 +183,61 @@ func TestHeldAcquireRunsBeforeWhatFollows(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, s.Chat.WorkerID)
 }
+
+// TestHeldAcquireThatFailsFailsItsBundle: when Acquire's write fails (here
+// a trigger refuses the lease row), whatever sends it — the next
+// statement, the attempt's pipeline or the commit — fails the bundle with
+// Acquire's error, and nothing is written.
+func TestHeldAcquireThatFailsFailsItsBundle(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	_, err := h.pool.Exec(h.ctx, `
+CREATE FUNCTION refuse_lease() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN RAISE EXCEPTION 'lease refused for the test'; END $$;
+CREATE TRIGGER refuse_lease BEFORE INSERT ON chat_heartbeats FOR EACH ROW EXECUTE FUNCTION refuse_lease();`)
+	require.NoError(t, err)
+	id := h.reach(chatstate.R0, 0, false)
+	cases := map[string]func(tx *chatstate.Tx) error{
+		"the commit": func(*chatstate.Tx) error { return nil },
+		"a read": func(tx *chatstate.Tx) error {
+			_, err := tx.Queries().ChatGet(h.ctx, id)
+			return err
+		},
+		"the attempt": func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) },
+		"a queued message": func(tx *chatstate.Tx) error {
+			_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("next")), chatstate.BusyQueue)
+			return err
+		},
+	}
+	waiting := h.reach(chatstate.W, 0, false)
+	for name, then := range cases {
+		_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+			if err := tx.Acquire(h.ctx, h.worker, uuid.New()); err != nil {
+				return err
+			}
+			return then(tx)
+		})
+		require.ErrorContains(t, err, "acquire chat", name)
+		require.ErrorContains(t, err, "lease refused for the test", name)
+		s, err := h.m.Get(h.ctx, id)
+		require.NoError(t, err)
+		require.Nil(t, s.Chat.WorkerID, name)
+		require.Zero(t, s.QueueLen, name)
+		require.Zero(t, s.Chat.GenerationAttempt, name)
+	}
+
+	// A message starting a turn on a waiting chat: its insert and
+	// execution write go as a pipeline (SendBatch).
+	_, err = h.m.Update(h.ctx, waiting, func(tx *chatstate.Tx) error {
+		if err := tx.Acquire(h.ctx, h.worker, uuid.New()); err != nil {
+			return err
+		}
+		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("go")), chatstate.BusyQueue)
+		return err
+	})
+	require.ErrorContains(t, err, "lease refused for the test")
+	s, err := h.m.Get(h.ctx, waiting)
+	require.NoError(t, err)
+	require.Equal(t, chatstate.W, s.State())
+	require.Nil(t, s.Chat.WorkerID)
+}

@@ -214,11 +214,12 @@ func (tx *Tx) RecordGenerationAttempt(ctx context.Context) error {
 	// A worker's Acquire bundle records its runner's first attempt right
 	// after Acquire: both writes go in one round trip.
 	var row queries.Chat
-	if err := tx.withHeld(ctx, func(q *queries.Queries) { row, err = q.ChatIncrementGenerationAttempt(ctx, tx.chat.ID) }); err != nil {
+	var incErr error
+	if err := tx.withHeld(ctx, func(q *queries.Queries) { row, incErr = q.ChatIncrementGenerationAttempt(ctx, tx.chat.ID) }); err != nil {
 		return err
 	}
-	if err != nil {
-		return fmt.Errorf("record generation attempt of chat %s: %w", tx.chat.ID, err)
+	if incErr != nil {
+		return fmt.Errorf("record generation attempt of chat %s: %w", tx.chat.ID, incErr)
 	}
 	tx.setChat(row)
 	return tx.land(ctx, RecordGenerationAttempt, from, "")
