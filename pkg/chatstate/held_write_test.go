@@ -25,15 +25,6 @@ type roundTrips struct {
 	trips []string
 }
 
-func firstWords(sql string) string {
-	if rest, ok := strings.CutPrefix(sql, "-- name: "); ok {
-		name, _, _ := strings.Cut(rest, " ")
-		return name
-	}
-	word, _, _ := strings.Cut(strings.TrimSpace(sql), " ")
-	return strings.ToLower(word)
-}
-
 func (r *roundTrips) add(trip string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -41,7 +32,7 @@ func (r *roundTrips) add(trip string) {
 }
 
 func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	r.add(firstWords(data.SQL))
+	r.add(dbpool.QueryName(data.SQL))
 	return ctx
 }
 
@@ -50,7 +41,7 @@ func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEnd
 func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
 	names := make([]string, len(data.Batch.QueuedQueries))
 	for i, q := range data.Batch.QueuedQueries {
-		names[i] = firstWords(q.SQL)
+		names[i] = dbpool.QueryName(q.SQL)
 	}
 	r.add(strings.Join(names, " + "))
 	return ctx

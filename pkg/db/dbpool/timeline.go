@@ -16,15 +16,17 @@ import (
 type timelineQueries struct{}
 
 func (timelineQueries) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	timeline.Mark("sql " + conn.Config().RuntimeParams["application_name"] + " " + queryName(data.SQL))
+	timeline.Mark("sql " + conn.Config().RuntimeParams["application_name"] + " " + QueryName(data.SQL))
 	return ctx
 }
 
 func (timelineQueries) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
-// queryName is the name sqlc writes on a query's first line ("-- name:
-// ChatGet :one"), else the statement's first word.
-func queryName(sql string) string {
+// QueryName is the name sqlc writes on a query's first line ("-- name:
+// ChatGet :one"), else the statement's first word (pgx's own "begin",
+// "commit"): how the timeline and the tests that count round trips name a
+// statement.
+func QueryName(sql string) string {
 	if rest, ok := strings.CutPrefix(sql, "-- name: "); ok {
 		name, _, _ := strings.Cut(rest, " ")
 		return name
@@ -42,7 +44,7 @@ func (timelineQueries) TraceBatchStart(ctx context.Context, conn *pgx.Conn, _ pg
 }
 
 func (timelineQueries) TraceBatchQuery(_ context.Context, conn *pgx.Conn, data pgx.TraceBatchQueryData) {
-	timeline.Mark("sql " + conn.Config().RuntimeParams["application_name"] + " " + queryName(data.SQL) + " done")
+	timeline.Mark("sql " + conn.Config().RuntimeParams["application_name"] + " " + QueryName(data.SQL) + " done")
 }
 
 func (timelineQueries) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}

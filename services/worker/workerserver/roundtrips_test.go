@@ -14,6 +14,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
 )
@@ -25,15 +26,6 @@ type transactions struct {
 	open map[*pgx.Conn][]string
 	done [][]string
 	all  []string // every statement's name, in or out of a transaction
-}
-
-func statementName(sql string) string {
-	if rest, ok := strings.CutPrefix(sql, "-- name: "); ok {
-		name, _, _ := strings.Cut(rest, " ")
-		return name
-	}
-	word, _, _ := strings.Cut(strings.TrimSpace(sql), " ")
-	return strings.ToLower(word)
 }
 
 func (r *transactions) roundTrip(conn *pgx.Conn, first, trip string, names ...string) {
@@ -55,7 +47,7 @@ func (r *transactions) roundTrip(conn *pgx.Conn, first, trip string, names ...st
 }
 
 func (r *transactions) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	name := statementName(data.SQL)
+	name := dbpool.QueryName(data.SQL)
 	r.roundTrip(conn, name, name, name)
 	return ctx
 }
@@ -65,7 +57,7 @@ func (r *transactions) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryE
 func (r *transactions) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
 	names := make([]string, len(data.Batch.QueuedQueries))
 	for i, q := range data.Batch.QueuedQueries {
-		names[i] = statementName(q.SQL)
+		names[i] = dbpool.QueryName(q.SQL)
 	}
 	if len(names) > 0 {
 		r.roundTrip(conn, names[0], "batch: "+strings.Join(names, " "), names...)
