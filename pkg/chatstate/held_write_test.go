@@ -1,14 +1,11 @@
 package chatstate_test
 
 import (
-	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/stretchr/testify/require"
 
@@ -18,49 +15,19 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 )
 
-// roundTrips records what each round trip on the pool sent: a statement's
-// first words, or a batch's statements joined by " + ".
-type roundTrips struct {
-	mu    sync.Mutex
-	trips []string
-}
-
-func (r *roundTrips) add(trip string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.trips = append(r.trips, trip)
-}
-
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	r.add(dbpool.QueryName(data.SQL))
-	return ctx
-}
-
-func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	names := make([]string, len(data.Batch.QueuedQueries))
-	for i, q := range data.Batch.QueuedQueries {
-		names[i] = dbpool.QueryName(q.SQL)
+// takeTrips returns the round trips rec recorded since the last call: a
+// statement's name, or a batch's statements joined by " + ".
+func takeTrips(rec *dbtest.RoundTrips) []string {
+	var out []string
+	for _, trip := range rec.Take() {
+		out = append(out, strings.Join(trip.Names, " + "))
 	}
-	r.add(strings.Join(names, " + "))
-	return ctx
-}
-
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
-func (r *roundTrips) take() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := r.trips
-	r.trips = nil
 	return out
 }
 
-func newTracedHarness(t *testing.T) (*harness, *roundTrips) {
+func newTracedHarness(t *testing.T) (*harness, *dbtest.RoundTrips) {
 	t.Helper()
-	rec := &roundTrips{}
+	rec := &dbtest.RoundTrips{}
 	pool := dbtest.NewPoolOn(t, dbtest.NewDatabase(t), dbpool.Options{MaxConns: 32, Tracer: multitracer.New(dbtest.Guard(t), rec)})
 	return newHarnessOn(t, pool), rec
 }
@@ -73,7 +40,7 @@ func TestAcquireTravelsWithTheAttempt(t *testing.T) {
 	h, rec := newTracedHarness(t)
 	id := h.reach(chatstate.R0, 0, false)
 	runner := uuid.New()
-	rec.take()
+	takeTrips(rec)
 	res := h.do(id, func(tx *chatstate.Tx) error {
 		if err := tx.Acquire(h.ctx, h.worker, runner); err != nil {
 			return err
@@ -87,7 +54,7 @@ func TestAcquireTravelsWithTheAttempt(t *testing.T) {
 		"begin + ChatLockAndBump + ChatQueueLenAndNow",
 		"ChatSetOwnerWithHeartbeat + ChatIncrementGenerationAttempt",
 		"commit",
-	}, rec.take())
+	}, takeTrips(rec))
 	require.Equal(t, []chatstate.Transition{chatstate.Acquire, chatstate.RecordGenerationAttempt}, transitions(res))
 	require.Equal(t, runner, *res.Chat.RunnerID)
 	require.EqualValues(t, 1, res.Chat.GenerationAttempt)
@@ -111,10 +78,10 @@ func TestHeldAcquireRunsBeforeWhatFollows(t *testing.T) {
 
 	// Alone: the commit sends it.
 	id := h.reach(chatstate.R0, 0, false)
-	rec.take()
+	takeTrips(rec)
 	runner := uuid.New()
 	res := h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, h.worker, runner) })
-	require.Equal(t, []string{"begin + ChatLockAndBump + ChatQueueLenAndNow", "ChatSetOwnerWithHeartbeat", "commit"}, rec.take())
+	require.Equal(t, []string{"begin + ChatLockAndBump + ChatQueueLenAndNow", "ChatSetOwnerWithHeartbeat", "commit"}, takeTrips(rec))
 	require.Equal(t, []chatstate.Transition{chatstate.Acquire}, transitions(res))
 	s, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)

@@ -1,10 +1,8 @@
 package workerserver
 
 import (
-	"context"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,73 +12,44 @@ import (
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
-	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
 )
 
-// transactions records, per connection, each transaction's round trips:
-// a statement's sqlc name, or a batch's as "batch:" and its statements'.
-type transactions struct {
-	mu   sync.Mutex
-	open map[*pgx.Conn][]string
-	done [][]string
-	all  []string // every statement's name, in or out of a transaction
-}
-
-func (r *transactions) roundTrip(conn *pgx.Conn, first, trip string, names ...string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.all = append(r.all, names...)
-	if first == "begin" {
-		r.open[conn] = nil
+// transactions groups the round trips rec recorded into each connection's
+// finished transactions, each round trip named as a statement's sqlc name
+// or a batch's "batch:" and its statements'; all is every statement's
+// name, in or out of a transaction.
+func transactions(rec *dbtest.RoundTrips) (done [][]string, all []string) {
+	open := map[*pgx.Conn][]string{}
+	for _, trip := range rec.Recorded() {
+		all = append(all, trip.Names...)
+		label := trip.Names[0]
+		if trip.Batch {
+			label = "batch: " + strings.Join(trip.Names, " ")
+		}
+		first := trip.Names[0]
+		if first == "begin" {
+			open[trip.Conn] = nil
+		}
+		trips, ok := open[trip.Conn]
+		if !ok {
+			continue // outside a transaction
+		}
+		open[trip.Conn] = append(trips, label)
+		if first == "commit" || first == "rollback" {
+			done = append(done, open[trip.Conn])
+			delete(open, trip.Conn)
+		}
 	}
-	trips, ok := r.open[conn]
-	if !ok {
-		return // outside a transaction
-	}
-	r.open[conn] = append(trips, trip)
-	if first == "commit" || first == "rollback" {
-		r.done = append(r.done, r.open[conn])
-		delete(r.open, conn)
-	}
-}
-
-func (r *transactions) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
-	name := dbpool.QueryName(data.SQL)
-	r.roundTrip(conn, name, name, name)
-	return ctx
-}
-
-func (r *transactions) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *transactions) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceBatchStartData) context.Context {
-	names := make([]string, len(data.Batch.QueuedQueries))
-	for i, q := range data.Batch.QueuedQueries {
-		names[i] = dbpool.QueryName(q.SQL)
-	}
-	if len(names) > 0 {
-		r.roundTrip(conn, names[0], "batch: "+strings.Join(names, " "), names...)
-	}
-	return ctx
-}
-
-func (r *transactions) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *transactions) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
-// ran reports whether any statement named name ran.
-func (r *transactions) ran(name string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.Contains(r.all, name)
+	return done, all
 }
 
 // bundle returns the round trips of the first finished transaction that
 // ran statement, alone or in a batch.
-func (r *transactions) bundle(statement string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, trips := range r.done {
+func bundle(rec *dbtest.RoundTrips, statement string) []string {
+	done, _ := transactions(rec)
+	for _, trips := range done {
 		for _, trip := range trips {
 			if trip == statement || slices.Contains(strings.Fields(trip), statement) {
 				return trips
@@ -88,6 +57,12 @@ func (r *transactions) bundle(statement string) []string {
 		}
 	}
 	return nil
+}
+
+// ran reports whether any statement named name ran.
+func ran(rec *dbtest.RoundTrips, name string) bool {
+	_, all := transactions(rec)
+	return slices.Contains(all, name)
 }
 
 // TestAcquireBundleRoundTrips: the worker's Acquire bundle of a chat with
@@ -106,7 +81,7 @@ func TestAcquireBundleRoundTrips(t *testing.T) {
 	id := e.chat("::reply ok")
 	_, err = e.pool.Exec(e.ctx, "UPDATE chats SET last_model_config_id = $1 WHERE id = $2", config.ChatModelConfig.ID, id)
 	require.NoError(t, err)
-	rec := &transactions{open: map[*pgx.Conn][]string{}}
+	rec := &dbtest.RoundTrips{}
 	startWorkerWith(t, e.dbURL, e.natsURL, func(c *Config) {
 		c.Embedded.DBTracer = multitracer.New(dbtest.Guard(t), rec)
 	})
@@ -119,7 +94,7 @@ func TestAcquireBundleRoundTrips(t *testing.T) {
 	}
 	check := func(turn string) {
 		t.Helper()
-		trips := rec.bundle("ChatSetOwnerWithHeartbeat")
+		trips := bundle(rec, "ChatSetOwnerWithHeartbeat")
 		require.Len(t, trips, 3, "%s: round trips %q", turn, trips)
 		require.True(t, strings.HasPrefix(trips[0], "batch: begin ChatLockAndBump "), "%s: the first batch carries the BEGIN and the lock: %q", turn, trips[0])
 		for _, read := range []string{"ChatStepModelConfigGetWithProvider", "ChatStepUserCompactionThresholdGet", "ChatStepOrganizationModelOverrideGet", "ChatStepMCPServerListEnabled"} {
@@ -127,16 +102,14 @@ func TestAcquireBundleRoundTrips(t *testing.T) {
 		}
 		require.Equal(t, []string{"batch: ChatSetOwnerWithHeartbeat ChatIncrementGenerationAttempt", "commit"}, trips[1:], turn)
 		for _, byID := range []string{"ChatModelConfigGetWithProvider", "ChatModelConfigGetDefault", "ChatUserCompactionThresholdGet", "ChatOrganizationModelOverrideGet", "MCPServerListEnabled"} {
-			require.False(t, rec.ran(byID), "%s: %s read again by ID", turn, byID)
+			require.False(t, ran(rec, byID), "%s: %s read again by ID", turn, byID)
 		}
 	}
 	idle()
 	check("the first turn")
 	require.Equal(t, []string{"ok"}, e.replies(id))
 
-	rec.mu.Lock()
-	rec.done, rec.all = nil, nil
-	rec.mu.Unlock()
+	rec.Take()
 	_, err = e.m.Update(e.ctx, id, func(tx *chatstate.Tx) error {
 		_, err := tx.SendMessage(e.ctx, chatstate.UserMessage(chatmsg.Content{chatmsg.Text("::reply again")}), chatstate.BusyQueue)
 		return err
