@@ -133,3 +133,20 @@ func TestBenchRefusesBadCommandLines(t *testing.T) {
 		require.NoError(t, requireLoopback(ok), ok)
 	}
 }
+
+// A deployment that caps one user's streams below the run's chats refuses
+// the rest with 429 TOO_MANY_STREAMS. No stream of the run will close to
+// make room, so bench fails at once and names the cap, instead of waiting
+// out its setup deadline and answering "no answer".
+func TestBenchNamesTheStreamCap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole stack")
+	}
+	st := stacktest.StartWith(t, stacktest.Options{Streams: 1, Env: []string{"CHATD_STREAM_MAX_PER_USER=2"}})
+	code, _, stderr := cliStdin(t, nil, "", "bench", "--quiet", "--chats", "3", "--turns", "3",
+		"--url", "http://"+st.APIHTTP, "--stream-url", "http://"+st.Streams[0], "--token", st.Token)
+	require.Equal(t, exitFailed, code, stderr)
+	require.Contains(t, stderr, "(HTTP 429)", "the stream's own sentence and status")
+	require.Contains(t, stderr, "CHATD_STREAM_MAX_PER_USER", "names the setting to change")
+	require.NotContains(t, stderr, "no answer within")
+}

@@ -142,6 +142,20 @@ type chat struct {
 	once      sync.Once
 }
 
+// reasonTooManyStreams is the stream's reason for a 429 that refuses a
+// user another stream (services/stream's ReasonTooManyStreams).
+const reasonTooManyStreams = "TOO_MANY_STREAMS"
+
+// opened says whether a connection of the chat's stream has been opened.
+func (ch *chat) opened() bool {
+	select {
+	case <-ch.connected:
+		return true
+	default:
+		return false
+	}
+}
+
 type item struct {
 	ev   event
 	at   time.Time
@@ -173,6 +187,14 @@ func (ch *chat) follow(ctx context.Context, c *client) {
 		var he *HTTPError
 		if errors.As(err, &he) && he.Status < 500 && he.Status != http.StatusTooManyRequests {
 			ch.fatal <- err
+			return
+		}
+		if !ch.opened() && errors.As(err, &he) && he.Reason == reasonTooManyStreams {
+			// The deployment caps one user's streams per stream replica,
+			// and no stream of this run will close to make room: waiting
+			// out the setup deadline would only hide why.
+			ch.fatal <- fmt.Errorf("%w: the stream service caps how many streams one user holds open on a replica "+
+				"(CHATD_STREAM_MAX_PER_USER, 100 by default); run fewer chats, use more stream replicas, or raise or lift the cap (0)", err)
 			return
 		}
 		if progressed {

@@ -22,10 +22,14 @@ import (
 // form.
 type fakeChatd struct {
 	busyEvery int64
-	sends     atomic.Int64
-	nextID    atomic.Int64
-	mu        sync.Mutex
-	streams   map[string]chan string
+	// maxStreams, when positive, caps the open streams: one more answers
+	// 429 TOO_MANY_STREAMS, as the stream service does.
+	maxStreams int64
+	open       atomic.Int64
+	sends      atomic.Int64
+	nextID     atomic.Int64
+	mu         sync.Mutex
+	streams    map[string]chan string
 }
 
 func (f *fakeChatd) stream(id string) chan string {
@@ -73,6 +77,14 @@ func (f *fakeChatd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"queued":false,"message":{"id":"%d","role":"user"}}`, user)
 	case r.Method == http.MethodGet && len(parts) == 3 && parts[2] == "stream":
+		if n := f.open.Add(1); f.maxStreams > 0 && n > f.maxStreams {
+			f.open.Add(-1)
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprint(w, `{"message":"too many streams open for this user","reason":"TOO_MANY_STREAMS"}`)
+			return
+		}
+		defer f.open.Add(-1)
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(http.StatusOK)
 		fl := w.(http.Flusher)
@@ -131,6 +143,18 @@ func TestRunFailsWhenChatsCannotBeCreated(t *testing.T) {
 	require.ErrorContains(t, err, "no token (HTTP 401)")
 	_, err = Run(context.Background(), Config{BaseURL: srv.URL, Token: "tok", Chats: 2})
 	require.ErrorContains(t, err, "no bound")
+}
+
+// A cap on one user's streams below the run's chats fails the setup with
+// the server's sentence and the setting's name, not a timeout.
+func TestRunNamesTheStreamCap(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(&fakeChatd{streams: map[string]chan string{}, maxStreams: 2})
+	defer srv.Close()
+	_, err := Run(context.Background(), Config{BaseURL: srv.URL, Token: "tok", Chats: 3, Turns: 3})
+	require.ErrorContains(t, err, "too many streams open for this user (HTTP 429)")
+	require.ErrorContains(t, err, "CHATD_STREAM_MAX_PER_USER")
+	require.NotContains(t, err.Error(), "no answer within")
 }
 
 // The duration bound stops new turns; cancelling the context ends the run
