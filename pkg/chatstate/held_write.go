@@ -10,73 +10,131 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 )
 
-// Acquire's write is held back to travel with the bundle's next statement:
-// a worker's Acquire bundle decides the runner's first step from what its
-// opening read (no statement of its own) and then records the generation
-// attempt, so the owner's write and the attempt's go as one pipeline, one
-// round trip fewer on the way to a turn's first part. The write still runs
+// Some writes are held back to travel with the bundle's next statement or
+// with its COMMIT: a worker's Acquire bundle decides the runner's first
+// step from what its opening read (no statement of its own), then
+// acquires the chat and records the generation attempt, so the owner's
+// write, the attempt's and the COMMIT go as one round trip, where they
+// were three, on the way to a turn's first part. A held write still runs
 // before anything after it in the bundle: every statement the bundle's
-// Queries send first sends it (bundleConn), and so does the commit
-// (Tx.committed). Until it is sent, the Tx holds the row Acquire will
-// leave (the owner set, nothing else changes), so the transitions after it
-// are checked against the state it lands in.
+// Queries send first sends what is held (bundleConn), and the commit sends
+// the rest with the COMMIT (Machine.Update). Until it is sent, the Tx
+// holds the row the write will leave, predicted exactly (the row is
+// locked; the write sets only what the prediction sets), so the
+// transitions after it are checked against the state it lands in; once
+// sent, the row it returned replaces the prediction and must agree with it
+// (sameExecution).
 
-// heldAcquire is Acquire's write, not sent yet.
-type heldAcquire struct {
-	params queries.ChatSetOwnerWithHeartbeatParams
-	from   State
+// heldWrite is one transition's write of the chat row, not sent yet.
+type heldWrite struct {
+	// what names the write in its error ("acquire chat ... for runner ...").
+	what string
+	// write makes exactly one call of a generated method (queries.Pipeline's
+	// rules) and returns the row it wrote.
+	write     func(*queries.Queries) (queries.Chat, error)
+	predicted queries.Chat
 	// historyWritten is Tx.historyWritten when the write was held.
 	historyWritten bool
+
+	row queries.Chat
+	err error
 }
 
-// sendHeld sends the held write alone and lands it. Every statement of the
-// bundle calls it first (bundleConn).
+func (h *heldWrite) call(q *queries.Queries) { h.row, h.err = h.write(q) }
+
+// hold holds a write of the chat row that leaves it as predicted: tx.chat
+// becomes the prediction now, and the write goes with the bundle's next
+// statement or its commit. The caller checks the transition's landing on
+// the prediction.
+func (tx *Tx) hold(what string, predicted queries.Chat, write func(*queries.Queries) (queries.Chat, error)) {
+	tx.held = append(tx.held, &heldWrite{what: what, write: write, predicted: predicted, historyWritten: tx.historyWritten})
+	tx.chat = predicted
+}
+
+// canHold says whether a write of the chat row can be held: in a bundle
+// (not a view or a creation), on a row in hand that is the one in the
+// database, so that the prediction built on it is exact.
+func (tx *Tx) canHold() bool { return tx.raw != nil && tx.rowFresh && !tx.queueTouched }
+
+// sendHeld sends what is held as one pipeline and lands it. Every statement
+// of the bundle calls it first (bundleConn).
 func (tx *Tx) sendHeld(ctx context.Context) error {
-	h := tx.held
-	if h == nil {
-		return nil
-	}
-	tx.held = nil
-	row, err := tx.raw.ChatSetOwnerWithHeartbeat(ctx, h.params)
-	return tx.landAcquire(h, row, err)
+	return tx.withHeld(ctx, nil)
 }
 
 // withHeld runs call, one call of a generated method (queries.Pipeline's
-// rules), in one round trip with the held write when there is one, which
-// it lands first. The call's own result and error are in its variables
-// (a held write that failed makes the server skip the call's statement,
-// whose error then says so); the error returned is the held write's.
+// rules) or nil, in one round trip after what is held, which it lands
+// first. The call's own result and error are in its variables (a held
+// write that failed makes the server skip the call's statement, whose
+// error then says so); the error returned is the held writes'.
 func (tx *Tx) withHeld(ctx context.Context, call func(*queries.Queries)) error {
-	h := tx.held
-	if h == nil {
-		call(tx.q)
+	held := tx.takeHeld()
+	if len(held) == 0 {
+		if call != nil {
+			call(tx.q)
+		}
 		return nil
 	}
-	tx.held = nil
-	var row queries.Chat
-	var acquireErr error
-	_ = tx.raw.Pipeline(ctx,
-		func(q *queries.Queries) { row, acquireErr = q.ChatSetOwnerWithHeartbeat(ctx, h.params) },
-		call,
-	)
-	return tx.landAcquire(h, row, acquireErr)
+	calls := heldCalls(held)
+	if call != nil {
+		calls = append(calls, call)
+	}
+	_ = tx.raw.Pipeline(ctx, calls...)
+	return tx.landHeld(held)
 }
 
-// landAcquire records the row Acquire's write returned and checks where it
-// landed. It reads nothing: it may run just before a statement the bundle
-// has already marked as a write (wroteQueue, wroteHistory before sending
-// it), and that mark must outlive this row.
-func (tx *Tx) landAcquire(h *heldAcquire, row queries.Chat, err error) error {
-	if err != nil {
-		return fmt.Errorf("acquire chat %s for runner %s: %w", tx.chat.ID, h.params.RunnerID, err)
+// takeHeld hands over what is held; nothing is held after.
+func (tx *Tx) takeHeld() []*heldWrite {
+	held := tx.held
+	tx.held = nil
+	return held
+}
+
+func heldCalls(held []*heldWrite) []func(*queries.Queries) {
+	calls := make([]func(*queries.Queries), len(held))
+	for i, h := range held {
+		calls[i] = h.call
 	}
-	marked := tx.queueTouched || tx.historyWritten != h.historyWritten
-	tx.chat, tx.rowFresh = row, !marked
-	return tx.landOwnership(Acquire, h.from)
+	return calls
+}
+
+// landHeld records the rows the held writes returned, in order, each
+// checked against its prediction. It reads nothing: it may run just before
+// a statement the bundle has already marked as a write (wroteQueue,
+// wroteHistory before sending it), and that mark must outlive these rows.
+func (tx *Tx) landHeld(held []*heldWrite) error {
+	for _, h := range held {
+		if h.err != nil {
+			return fmt.Errorf("%s: %w", h.what, h.err)
+		}
+		if !sameExecution(h.predicted, h.row) {
+			return fmt.Errorf("%s left chat %s at status %s, owner %v, versions %d/%d/%d, attempt %d; predicted status %s, owner %v, versions %d/%d/%d, attempt %d: %w",
+				h.what, h.row.ID, h.row.Status, h.row.RunnerID, h.row.SnapshotVersion, h.row.HistoryVersion, h.row.QueueVersion, h.row.GenerationAttempt,
+				h.predicted.Status, h.predicted.RunnerID, h.predicted.SnapshotVersion, h.predicted.HistoryVersion, h.predicted.QueueVersion, h.predicted.GenerationAttempt,
+				ErrLandingMismatch)
+		}
+		marked := tx.queueTouched || tx.historyWritten != h.historyWritten
+		tx.chat, tx.rowFresh = h.row, !marked
+	}
+	return nil
+}
+
+// sameExecution says whether two readings of a chat row agree on what the
+// state machine, the fences and the notifications read of it.
+func sameExecution(a, b queries.Chat) bool {
+	return a.ID == b.ID && a.Status == b.Status && a.Archived == b.Archived &&
+		sameID(a.WorkerID, b.WorkerID) && sameID(a.RunnerID, b.RunnerID) &&
+		a.SnapshotVersion == b.SnapshotVersion && a.HistoryVersion == b.HistoryVersion &&
+		a.QueueVersion == b.QueueVersion && a.GenerationAttempt == b.GenerationAttempt &&
+		a.RetryStateVersion == b.RetryStateVersion && (a.RetryState == nil) == (b.RetryState == nil)
+}
+
+func sameID[T comparable](a, b *T) bool {
+	return a == b || a != nil && b != nil && *a == *b
 }
 
 // bundleConn is the connection a bundle's Queries use: each statement
-// sends the held write first, so it never runs out of order.
+// sends what is held first, so a held write never runs out of order.
 type bundleConn struct {
 	ptx pgx.Tx
 	tx  *Tx

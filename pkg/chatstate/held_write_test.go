@@ -33,8 +33,8 @@ func newTracedHarness(t *testing.T) (*harness, *dbtest.RoundTrips) {
 }
 
 // TestAcquireTravelsWithTheAttempt: a bundle that acquires a running chat
-// and records the first generation attempt sends both writes in one round
-// trip, and both land in order.
+// and records the first generation attempt sends both writes with its
+// COMMIT, one round trip, and both land in order.
 func TestAcquireTravelsWithTheAttempt(t *testing.T) {
 	t.Parallel()
 	h, rec := newTracedHarness(t)
@@ -52,8 +52,7 @@ func TestAcquireTravelsWithTheAttempt(t *testing.T) {
 	})
 	require.Equal(t, []string{
 		"begin + ChatLockAndBump + ChatQueueLenAndNow",
-		"ChatSetOwnerWithHeartbeat + ChatIncrementGenerationAttempt",
-		"commit",
+		"ChatSetOwnerWithHeartbeat + ChatIncrementGenerationAttempt + commit",
 	}, takeTrips(rec))
 	require.Equal(t, []chatstate.Transition{chatstate.Acquire, chatstate.RecordGenerationAttempt}, transitions(res))
 	require.Equal(t, runner, *res.Chat.RunnerID)
@@ -76,12 +75,12 @@ func TestHeldAcquireRunsBeforeWhatFollows(t *testing.T) {
 	t.Parallel()
 	h, rec := newTracedHarness(t)
 
-	// Alone: the commit sends it.
+	// Alone: it goes with the commit.
 	id := h.reach(chatstate.R0, 0, false)
 	takeTrips(rec)
 	runner := uuid.New()
 	res := h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, h.worker, runner) })
-	require.Equal(t, []string{"begin + ChatLockAndBump + ChatQueueLenAndNow", "ChatSetOwnerWithHeartbeat", "commit"}, takeTrips(rec))
+	require.Equal(t, []string{"begin + ChatLockAndBump + ChatQueueLenAndNow", "ChatSetOwnerWithHeartbeat + commit"}, takeTrips(rec))
 	require.Equal(t, []chatstate.Transition{chatstate.Acquire}, transitions(res))
 	s, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)
@@ -198,4 +197,77 @@ CREATE TRIGGER refuse_lease BEFORE INSERT ON chat_heartbeats FOR EACH ROW EXECUT
 	require.NoError(t, err)
 	require.Equal(t, chatstate.W, s.State())
 	require.Nil(t, s.Chat.WorkerID)
+}
+
+// TestHeldAttemptPredictsTheRetryTrigger: an attempt recorded after a
+// retry payload goes with the commit on a prediction of what the retry
+// trigger does (the payload cleared, its version stamped with the
+// snapshot's); the committed row and the bundle's snapshot agree with it.
+// The owner's lease, which only the published snapshot needs, is read in
+// the same round trip.
+func TestHeldAttemptPredictsTheRetryTrigger(t *testing.T) {
+	t.Parallel()
+	h, rec := newTracedHarness(t)
+	id := h.reach(chatstate.R0, 0, false)
+	runner := uuid.New()
+	h.do(id, func(tx *chatstate.Tx) error {
+		if err := tx.Acquire(h.ctx, h.worker, runner); err != nil {
+			return err
+		}
+		if err := tx.RecordGenerationAttempt(h.ctx); err != nil {
+			return err
+		}
+		return tx.RecordRetryState(h.ctx, chatstate.RetryState{Attempt: 1, DelayMS: 10, Error: "overloaded", Kind: "overloaded"})
+	})
+	before, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.NotNil(t, before.Chat.RetryState, "the payload is stored")
+
+	takeTrips(rec)
+	res := h.do(id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) })
+	require.Equal(t, []string{
+		"begin + ChatLockAndBump + ChatQueueLenAndNow",
+		"ChatIncrementGenerationAttempt + ChatHeartbeatIsFresh + commit",
+	}, takeTrips(rec), "the owner's lease is read with the commit too")
+	require.False(t, res.OwnerStale, "the runner's lease is fresh")
+	after, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.EqualValues(t, before.Chat.GenerationAttempt+1, after.Chat.GenerationAttempt)
+	require.Nil(t, after.Chat.RetryState, "the trigger cleared the payload")
+	require.Equal(t, after.Chat.SnapshotVersion, after.Chat.RetryStateVersion, "and stamped its version")
+	require.Equal(t, after.Chat.RetryStateVersion, res.Chat.RetryStateVersion, "the snapshot has the committed row")
+	require.Equal(t, after.Chat.UpdatedAt, res.Chat.UpdatedAt)
+	require.Equal(t, []chatstate.Transition{chatstate.RecordGenerationAttempt}, transitions(res))
+}
+
+// TestHeldAttemptThatFailsAtTheCommit: when the attempt's write, sent with
+// the COMMIT, fails (a trigger refuses it), the server skips the COMMIT:
+// the bundle fails with the attempt's error, nothing of it is written,
+// and the connection goes back to the pool for the next bundle.
+func TestHeldAttemptThatFailsAtTheCommit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.reach(chatstate.R0, 0, false)
+	_, err := h.pool.Exec(h.ctx, `
+CREATE FUNCTION refuse_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.generation_attempt > OLD.generation_attempt THEN RAISE EXCEPTION 'attempt refused for the test'; END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_attempt BEFORE UPDATE ON chats FOR EACH ROW EXECUTE FUNCTION refuse_attempt();`)
+	require.NoError(t, err)
+	_, err = h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		if err := tx.Acquire(h.ctx, h.worker, uuid.New()); err != nil {
+			return err
+		}
+		return tx.RecordGenerationAttempt(h.ctx)
+	})
+	require.ErrorContains(t, err, "record generation attempt of chat")
+	require.ErrorContains(t, err, "attempt refused for the test")
+	s, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.Nil(t, s.Chat.WorkerID, "Acquire's write, in the same batch, rolled back too")
+	require.Zero(t, s.Chat.GenerationAttempt)
+	require.Zero(t, h.pool.Stat().AcquiredConns(), "the failed bundle gave its connection back")
+	h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, h.worker, uuid.New()) })
 }

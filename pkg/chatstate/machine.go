@@ -97,20 +97,34 @@ type Result struct {
 // reads it with the lock.
 func (m *Machine) Update(ctx context.Context, id uuid.UUID, fn func(*Tx) error, opts ...BundleOption) (Result, error) {
 	var res Result
-	err := m.inTx(ctx, func(ptx pgx.Tx) error {
+	err := m.inTxWithTail(ctx, func(ptx pgx.Tx) (*commitTail, error) {
 		tx, err := m.lock(ctx, ptx, id, opts...)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := fn(tx); err != nil {
-			return err
+			return nil, err
 		}
-		snap, err := tx.committed(ctx)
-		if err != nil {
-			return err
+		// The held writes and the owner's lease read go with the COMMIT;
+		// the snapshot takes what they returned.
+		res = Result{Snapshot: tx.snapshot(), Applied: tx.applied}
+		leaseCall, ownerStale := tx.commitReads(ctx)
+		held := tx.takeHeld()
+		calls := heldCalls(held)
+		if leaseCall != nil {
+			calls = append(calls, leaseCall)
 		}
-		res = Result{Snapshot: snap, Applied: tx.applied}
-		return nil
+		if len(calls) == 0 {
+			return nil, nil
+		}
+		return &commitTail{calls: calls, land: func() error {
+			if err := tx.landHeld(held); err != nil {
+				return err
+			}
+			stale, err := ownerStale()
+			res.Chat, res.OwnerStale = tx.chat, stale
+			return err
+		}}, nil
 	})
 	if err != nil {
 		return Result{}, err
@@ -168,6 +182,22 @@ func (m *Machine) afterCommit(ctx context.Context, snaps ...Snapshot) {
 }
 
 func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return m.inTxWithTail(ctx, func(ptx pgx.Tx) (*commitTail, error) { return nil, fn(ptx) })
+}
+
+// commitTail is what a bundle sends with its COMMIT, as one round trip
+// (queries.CommitPipeline): its held writes and the reads only its
+// published snapshot needs, and land, which checks what they returned once
+// the batch has been read (also when it failed, so that the error names
+// the statement that failed).
+type commitTail struct {
+	calls []func(*queries.Queries)
+	land  func() error
+}
+
+// inTxWithTail runs fn in a transaction and commits it, with the tail fn
+// returns when it returns one.
+func (m *Machine) inTxWithTail(ctx context.Context, fn func(pgx.Tx) (*commitTail, error)) error {
 	timeline.Mark("bundle.begin")
 	// The BEGIN travels with the bundle's first round trip (OpenBundle's
 	// batch), which also takes the connection: a pool that has none to
@@ -182,7 +212,7 @@ func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 			_ = ptx.Rollback(context.WithoutCancel(ctx))
 		}
 	}()
-	err := fn(ptx)
+	tail, err := fn(ptx)
 	returned = true
 	if err != nil {
 		if rbErr := ptx.Rollback(ctx); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
@@ -192,8 +222,23 @@ func (m *Machine) inTx(ctx context.Context, fn func(pgx.Tx) error) error {
 	}
 	timeline.Mark("bundle.commit")
 	defer timeline.Mark("bundle.committed")
-	if err := ptx.Commit(ctx); err != nil {
+	if tail == nil {
+		if err := ptx.Commit(ctx); err != nil {
+			return fmt.Errorf("commit transition bundle: %w", err)
+		}
+		return nil
+	}
+	err = queries.CommitPipeline(ctx, ptx, tail.calls...)
+	landErr := tail.land()
+	switch {
+	case err != nil && landErr != nil:
+		return landErr // a held write failed, so nothing committed; its error says which
+	case err != nil:
 		return fmt.Errorf("commit transition bundle: %w", err)
+	case landErr != nil:
+		// The rows cannot differ from their predictions (held_write.go);
+		// if they ever do, the caller must not act on the bundle.
+		return fmt.Errorf("transition bundle committed, but %w", landErr)
 	}
 	return nil
 }
@@ -247,7 +292,9 @@ func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID, opts ...Bu
 	if err != nil {
 		return nil, fmt.Errorf("lock chat %s: %w", id, err)
 	}
-	tx := &Tx{m: m, raw: q, chat: o.Chat, queueLen: o.Queue.QueueLen, now: m.now(o.Queue.Now)}
+	// The row the lock's UPDATE returned, and the queue counted after it:
+	// both as the database has them (rowFresh).
+	tx := &Tx{m: m, raw: q, chat: o.Chat, queueLen: o.Queue.QueueLen, now: m.now(o.Queue.Now), rowFresh: true}
 	tx.q = queries.New(&bundleConn{ptx: ptx, tx: tx}) // sends a held write first (held_write.go)
 	if o.ReadMessages {
 		tx.prefetched = &prefetchedHistory{base: base, rows: o.Messages}
@@ -279,8 +326,8 @@ type Tx struct {
 	// raw is q without the held write's ordering (held_write.go), for
 	// sending that write; nil where nothing is held back (views, creation).
 	raw *queries.Queries
-	// held is Acquire's write, not sent yet (held_write.go).
-	held     *heldAcquire
+	// held are writes not sent yet, in order (held_write.go).
+	held     []*heldWrite
 	chat     queries.Chat
 	queueLen int64
 	now      time.Time

@@ -18,28 +18,27 @@ import (
 // the bundle's next statement or its commit and travels with it
 // (held_write.go).
 func (tx *Tx) Acquire(ctx context.Context, workerID, runnerID uuid.UUID) error {
-	if err := tx.sendHeld(ctx); err != nil {
-		return err
-	}
 	from, err := tx.begin(Acquire)
 	if err != nil {
 		return err
 	}
-	h := &heldAcquire{
-		params:         queries.ChatSetOwnerWithHeartbeatParams{ID: tx.chat.ID, WorkerID: workerID, RunnerID: runnerID},
-		from:           from,
-		historyWritten: tx.historyWritten,
-	}
+	params := queries.ChatSetOwnerWithHeartbeatParams{ID: tx.chat.ID, WorkerID: workerID, RunnerID: runnerID}
+	what := fmt.Sprintf("acquire chat %s for runner %s", tx.chat.ID, runnerID)
+	write := func(q *queries.Queries) (queries.Chat, error) { return q.ChatSetOwnerWithHeartbeat(ctx, params) }
 	tx.freshRunner = &runnerID
-	if tx.raw != nil {
+	if tx.canHold() {
 		// The row as the write will leave it: the owner is all it changes.
-		tx.chat.WorkerID, tx.chat.RunnerID = &workerID, &runnerID
-		tx.rowFresh = false
-		tx.held = h
-		return nil
+		predicted := tx.chat
+		predicted.WorkerID, predicted.RunnerID = &workerID, &runnerID
+		tx.hold(what, predicted, write)
+		return tx.landOwnership(Acquire, from)
 	}
-	row, err := tx.q.ChatSetOwnerWithHeartbeat(ctx, h.params)
-	return tx.landAcquire(h, row, err)
+	row, err := tx.q.ChatSetOwnerWithHeartbeat(ctx, params)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	tx.setChat(row)
+	return tx.landOwnership(Acquire, from)
 }
 
 // Abandon clears the chat's owner.
@@ -211,15 +210,29 @@ func (tx *Tx) RecordGenerationAttempt(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A worker's Acquire bundle records its runner's first attempt right
-	// after Acquire: both writes go in one round trip.
+	what := fmt.Sprintf("record generation attempt of chat %s", tx.chat.ID)
+	write := func(q *queries.Queries) (queries.Chat, error) { return q.ChatIncrementGenerationAttempt(ctx, tx.chat.ID) }
+	if tx.canHold() {
+		// A worker's Acquire bundle records its runner's first attempt
+		// right after Acquire: both writes go with the commit. The row as
+		// the write leaves it: the attempt counts one more, and the retry
+		// trigger clears a retry payload, stamping its version with the
+		// snapshot's (sync_chat_retry_state).
+		predicted := tx.chat
+		predicted.GenerationAttempt++
+		if predicted.RetryState != nil {
+			predicted.RetryState, predicted.RetryStateVersion = nil, predicted.SnapshotVersion
+		}
+		tx.hold(what, predicted, write)
+		return tx.land(ctx, RecordGenerationAttempt, from, "")
+	}
 	var row queries.Chat
 	var incErr error
-	if err := tx.withHeld(ctx, func(q *queries.Queries) { row, incErr = q.ChatIncrementGenerationAttempt(ctx, tx.chat.ID) }); err != nil {
+	if err := tx.withHeld(ctx, func(q *queries.Queries) { row, incErr = write(q) }); err != nil {
 		return err
 	}
 	if incErr != nil {
-		return fmt.Errorf("record generation attempt of chat %s: %w", tx.chat.ID, incErr)
+		return fmt.Errorf("%s: %w", what, incErr)
 	}
 	tx.setChat(row)
 	return tx.land(ctx, RecordGenerationAttempt, from, "")

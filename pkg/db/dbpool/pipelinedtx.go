@@ -2,6 +2,7 @@ package dbpool
 
 import (
 	"context"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -20,14 +21,18 @@ import (
 //
 // It takes its connection with its first statement and is otherwise
 // pgxpool's transaction: Commit and Rollback end it and release the
-// connection. Ending one that sent nothing costs no round trip; either
-// after the end is pgx.ErrTxClosed. Conn is nil until the first statement.
+// connection, and so does CommitBatch (queries.CommitPipeline), which
+// sends the last statements and the COMMIT as one batch. Ending one that
+// sent nothing costs no round trip; either after the end is
+// pgx.ErrTxClosed. Conn is nil until the first statement and after the
+// end.
 func BeginPipelined(pool *pgxpool.Pool) pgx.Tx { return &pipelinedTx{pool: pool} }
 
 type pipelinedTx struct {
 	pool  *pgxpool.Pool
-	tx    pgx.Tx // nil until the first statement
-	ended bool   // ended before any statement
+	conn  *pgxpool.Conn // nil until the first statement, and again once released
+	tx    pgx.Tx        // conn's transaction; nil until the first statement
+	ended bool          // ended before any statement
 }
 
 // begun returns the transaction, beginning it on its own when the first
@@ -39,11 +44,16 @@ func (t *pipelinedTx) begun(ctx context.Context) (pgx.Tx, error) {
 	case t.ended:
 		return nil, pgx.ErrTxClosed
 	}
-	tx, err := t.pool.Begin(ctx)
+	conn, err := t.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	t.tx = tx
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		conn.Release()
+		return nil, err
+	}
+	t.conn, t.tx = conn, tx
 	return tx, nil
 }
 
@@ -60,10 +70,63 @@ func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResu
 	withBegin := &pgx.Batch{}
 	withBegin.BeginTx(pgx.TxOptions{})
 	withBegin.QueuedQueries = append(withBegin.QueuedQueries, b.QueuedQueries...)
-	results := t.pool.SendBatch(ctx, withBegin)
-	t.tx = results.Tx()
+	conn, err := t.pool.Acquire(ctx)
+	if err != nil {
+		t.ended = true
+		return pgx.FailedBatchResults(withBegin, err)
+	}
+	results := conn.SendBatch(ctx, withBegin)
+	t.conn, t.tx = conn, results.Tx()
 	_, _ = results.Exec()
 	return results
+}
+
+// CommitBatch sends b's statements and COMMIT as one batch, one round trip
+// for the bundle's last writes and its commit. read reads b's results, in
+// order, before the commit's is read. A statement of b that fails makes
+// the server skip the rest and the COMMIT: the transaction rolls back and
+// the error is returned (read sees it on that statement's result and
+// every later one). The transaction is ended, and its connection given
+// back, whatever happens.
+func (t *pipelinedTx) CommitBatch(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults)) error {
+	if t.tx == nil && t.ended {
+		return pgx.ErrTxClosed
+	}
+	withCommit := &pgx.Batch{QueuedQueries: slices.Clone(b.QueuedQueries)}
+	withCommit.Queue("commit")
+	results := t.SendBatch(ctx, withCommit)
+	read(results)
+	tag, err := results.Exec()
+	if closeErr := results.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	return t.end(ctx, err)
+}
+
+// end gives the connection back once the transaction is over: committed by
+// a batch, or failed, in which case it is rolled back first (a connection
+// the rollback cannot return to idle, the pool destroys).
+func (t *pipelinedTx) end(ctx context.Context, err error) error {
+	if t.conn == nil {
+		t.ended = true
+		return err
+	}
+	if t.conn.Conn().PgConn().TxStatus() != 'I' {
+		_ = t.tx.Rollback(ctx)
+	}
+	t.release()
+	return err
+}
+
+// release gives the connection back to the pool.
+func (t *pipelinedTx) release() {
+	if t.conn != nil {
+		t.conn.Release()
+	}
+	t.conn, t.tx, t.ended = nil, nil, true
 }
 
 func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -116,20 +179,25 @@ func (t *pipelinedTx) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 func (t *pipelinedTx) Commit(ctx context.Context) error {
-	if t.tx == nil {
+	if t.conn == nil {
 		return t.endUnbegun()
 	}
-	return t.tx.Commit(ctx)
+	err := t.tx.Commit(ctx)
+	t.release()
+	return err
 }
 
 func (t *pipelinedTx) Rollback(ctx context.Context) error {
-	if t.tx == nil {
+	if t.conn == nil {
 		return t.endUnbegun()
 	}
-	return t.tx.Rollback(ctx)
+	err := t.tx.Rollback(ctx)
+	t.release()
+	return err
 }
 
-// endUnbegun ends a transaction that sent nothing: nothing to send.
+// endUnbegun ends a transaction that sent nothing (nothing to send), or
+// says that one already ended did.
 func (t *pipelinedTx) endUnbegun() error {
 	if t.ended {
 		return pgx.ErrTxClosed

@@ -145,3 +145,86 @@ func TestPipelinedTxFirstBatchWithoutAConnection(t *testing.T) {
 	require.ErrorIs(t, tx.SendBatch(short, b).Close(), context.DeadlineExceeded, "the pool had no connection to give")
 	require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
 }
+
+type batchCommitter interface {
+	CommitBatch(context.Context, *pgx.Batch, func(pgx.BatchResults)) error
+}
+
+// TestPipelinedTxCommitsWithItsLastBatch: CommitBatch sends the last
+// statements and the COMMIT together. They commit, their results are read
+// before the commit's, and the transaction is over: its connection is back
+// in the pool. A transaction that had sent nothing begins in that batch.
+func TestPipelinedTxCommitsWithItsLastBatch(t *testing.T) {
+	t.Parallel()
+	pool := pipelinedPool(t)
+	ctx := context.Background()
+	for _, first := range []bool{false, true} {
+		tx := dbpool.BeginPipelined(pool)
+		defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
+		if !first {
+			b := &pgx.Batch{}
+			b.Queue("INSERT INTO n VALUES (1)")
+			require.NoError(t, tx.SendBatch(ctx, b).Close())
+		}
+		b := &pgx.Batch{}
+		b.Queue("INSERT INTO n VALUES (2)")
+		b.Queue("SELECT count(*) FROM n")
+		var seen int
+		err := tx.(batchCommitter).CommitBatch(ctx, b, func(br pgx.BatchResults) {
+			_, err := br.Exec()
+			require.NoError(t, err)
+			require.NoError(t, br.QueryRow().Scan(&seen))
+		})
+		require.NoError(t, err)
+		require.Zero(t, pool.Stat().AcquiredConns(), "the connection is back")
+		require.Nil(t, tx.Conn())
+		require.ErrorIs(t, tx.Commit(ctx), pgx.ErrTxClosed)
+		require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
+		_, err = tx.Exec(ctx, "SELECT 1")
+		require.ErrorIs(t, err, pgx.ErrTxClosed, "an ended transaction runs nothing")
+		if first {
+			require.Equal(t, 3, seen, "the count ran inside the transaction, before its commit")
+		} else {
+			require.Equal(t, 2, seen)
+		}
+	}
+	require.Equal(t, 3, count(t, pool), "both transactions committed")
+}
+
+// TestPipelinedTxLastBatchThatFails: a statement of the last batch that
+// fails makes the server skip the rest and the COMMIT. Nothing of the
+// transaction lands, CommitBatch says why, and the connection goes back
+// healthy.
+func TestPipelinedTxLastBatchThatFails(t *testing.T) {
+	t.Parallel()
+	pool := pipelinedPool(t)
+	ctx := context.Background()
+	tx := dbpool.BeginPipelined(pool)
+	defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
+	b := &pgx.Batch{}
+	b.Queue("INSERT INTO n VALUES (1)")
+	require.NoError(t, tx.SendBatch(ctx, b).Close())
+	b = &pgx.Batch{}
+	b.Queue("INSERT INTO n VALUES (NULL)")
+	b.Queue("INSERT INTO n VALUES (3)")
+	var errs []error
+	err := tx.(batchCommitter).CommitBatch(ctx, b, func(br pgx.BatchResults) {
+		for range 2 {
+			_, err := br.Exec()
+			errs = append(errs, err)
+		}
+	})
+	require.ErrorContains(t, err, "null value")
+	require.Len(t, errs, 2)
+	require.ErrorContains(t, errs[0], "null value", "the failing statement's own result says so")
+	require.Error(t, errs[1], "the statement after it was skipped")
+	require.Zero(t, count(t, pool), "nothing landed, not even the first batch's row")
+	require.Zero(t, pool.Stat().AcquiredConns())
+	require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
+	// The connection went back idle: the pool's next transaction works.
+	tx = dbpool.BeginPipelined(pool)
+	b = &pgx.Batch{}
+	b.Queue("INSERT INTO n VALUES (4)")
+	require.NoError(t, tx.(batchCommitter).CommitBatch(ctx, b, func(br pgx.BatchResults) { _, _ = br.Exec() }))
+	require.Equal(t, 1, count(t, pool))
+}

@@ -37,22 +37,61 @@ func (q *Queries) Pipeline(ctx context.Context, calls ...func(*Queries)) error {
 		}
 		return nil
 	}
+	b, err := record(calls)
+	if err != nil {
+		return err
+	}
+	br := batcher.SendBatch(ctx, b)
+	replay(br, calls)
+	return br.Close()
+}
+
+// CommitPipeline runs calls as Pipeline does and commits tx in the same
+// round trip: the statements and the COMMIT go as one batch, for a
+// bundle's last writes, whose results are read only once the commit has
+// landed. A statement that fails makes the server skip the rest and the
+// COMMIT, so the transaction rolls back; its error is the call's own and
+// the one returned. tx is ended whatever happens. A tx that cannot
+// (anything but dbpool.BeginPipelined's) runs the pipeline, then commits.
+func CommitPipeline(ctx context.Context, tx pgx.Tx, calls ...func(*Queries)) error {
+	committer, ok := tx.(interface {
+		CommitBatch(context.Context, *pgx.Batch, func(pgx.BatchResults)) error
+	})
+	if !ok {
+		if err := New(tx).Pipeline(ctx, calls...); err != nil {
+			return err
+		}
+		return tx.Commit(ctx)
+	}
+	b, err := record(calls)
+	if err != nil {
+		return err
+	}
+	return committer.CommitBatch(ctx, b, func(br pgx.BatchResults) { replay(br, calls) })
+}
+
+// record runs each call against a recorder and queues its one statement.
+func record(calls []func(*Queries)) (*pgx.Batch, error) {
 	rec := &recorder{}
 	b := &pgx.Batch{}
 	for i, call := range calls {
 		call(&Queries{db: rec})
 		if len(rec.statements) != i+1 {
-			return fmt.Errorf("pipeline call %d made %d statements, want one", i, len(rec.statements)-i)
+			return nil, fmt.Errorf("pipeline call %d made %d statements, want one", i, len(rec.statements)-i)
 		}
 		s := rec.statements[i]
 		b.Queue(s.sql, s.args...)
 	}
-	br := batcher.SendBatch(ctx, b)
-	replay := &Queries{db: batchResults{br}}
+	return b, nil
+}
+
+// replay runs each call again against the batch's results, which it scans
+// with the generated code.
+func replay(br pgx.BatchResults, calls []func(*Queries)) {
+	results := &Queries{db: batchResults{br}}
 	for _, call := range calls {
-		call(replay)
+		call(results)
 	}
-	return br.Close()
 }
 
 // errRecorded is what a recorded statement returns: it did not run.
