@@ -211,7 +211,9 @@ func (tx *Tx) RecordGenerationAttempt(ctx context.Context) error {
 		return err
 	}
 	what := fmt.Sprintf("record generation attempt of chat %s", tx.chat.ID)
-	write := func(q *queries.Queries) (queries.Chat, error) { return q.ChatIncrementGenerationAttempt(ctx, tx.chat.ID) }
+	write := func(q *queries.Queries) (queries.Chat, error) {
+		return q.ChatIncrementGenerationAttempt(ctx, tx.chat.ID)
+	}
 	if tx.canHold() {
 		// A worker's Acquire bundle records its runner's first attempt
 		// right after Acquire: both writes go with the commit. The row as
