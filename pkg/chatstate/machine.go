@@ -94,7 +94,9 @@ type Result struct {
 // mutates anything, then commits. If fn returns an error, nothing changes.
 //
 // Options name what fn is sure to read, so the bundle's first round trip
-// reads it with the lock.
+// reads it with the lock. Writes a transition held back (held_write.go)
+// go with the COMMIT, and the Result carries the rows they returned; one
+// that fails there fails the bundle and nothing of it is written.
 func (m *Machine) Update(ctx context.Context, id uuid.UUID, fn func(*Tx) error, opts ...BundleOption) (Result, error) {
 	var res Result
 	err := m.inTxWithTail(ctx, func(ptx pgx.Tx) (*commitTail, error) {
