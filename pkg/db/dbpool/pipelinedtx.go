@@ -32,7 +32,7 @@ type pipelinedTx struct {
 	pool  *pgxpool.Pool
 	conn  *pgxpool.Conn // nil until the first statement, and again once released
 	tx    pgx.Tx        // conn's transaction; nil until the first statement
-	ended bool          // ended before any statement
+	ended bool          // over, or ended before any statement: nothing more runs
 }
 
 // begun returns the transaction, beginning it on its own when the first
@@ -89,7 +89,7 @@ func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResu
 // every later one). The transaction is ended, and its connection given
 // back, whatever happens.
 func (t *pipelinedTx) CommitBatch(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults)) error {
-	if t.tx == nil && t.ended {
+	if t.ended {
 		return pgx.ErrTxClosed
 	}
 	withCommit := &pgx.Batch{QueuedQueries: slices.Clone(b.QueuedQueries)}
@@ -110,11 +110,7 @@ func (t *pipelinedTx) CommitBatch(ctx context.Context, b *pgx.Batch, read func(p
 // a batch, or failed, in which case it is rolled back first (a connection
 // the rollback cannot return to idle, the pool destroys).
 func (t *pipelinedTx) end(ctx context.Context, err error) error {
-	if t.conn == nil {
-		t.ended = true
-		return err
-	}
-	if t.conn.Conn().PgConn().TxStatus() != 'I' {
+	if t.conn != nil && t.conn.Conn().PgConn().TxStatus() != 'I' {
 		_ = t.tx.Rollback(ctx)
 	}
 	t.release()

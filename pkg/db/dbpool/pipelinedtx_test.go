@@ -23,6 +23,15 @@ func pipelinedPool(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
+// batchOf is a batch of the statements, in order.
+func batchOf(statements ...string) *pgx.Batch {
+	b := &pgx.Batch{}
+	for _, s := range statements {
+		b.Queue(s)
+	}
+	return b
+}
+
 func count(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
 	var n int
@@ -38,9 +47,7 @@ func TestPipelinedTxBeginsWithItsFirstBatch(t *testing.T) {
 		tx := dbpool.BeginPipelined(pool)
 		defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
 		require.Nil(t, tx.Conn(), "no connection before the first statement")
-		b := &pgx.Batch{}
-		b.Queue("INSERT INTO n VALUES (1)")
-		b.Queue("SELECT txid_current_if_assigned() IS NOT NULL")
+		b := batchOf("INSERT INTO n VALUES (1)", "SELECT txid_current_if_assigned() IS NOT NULL")
 		results := tx.SendBatch(ctx, b)
 		_, err := results.Exec()
 		require.NoError(t, err, "the first result is the batch's own first statement's")
@@ -50,8 +57,7 @@ func TestPipelinedTxBeginsWithItsFirstBatch(t *testing.T) {
 		require.NoError(t, results.Close())
 		require.EqualValues(t, 'T', tx.Conn().PgConn().TxStatus(), "the transaction is still open after the batch")
 		// A second batch and a plain statement run in the same transaction.
-		b = &pgx.Batch{}
-		b.Queue("INSERT INTO n VALUES (2)")
+		b = batchOf("INSERT INTO n VALUES (2)")
 		require.NoError(t, tx.SendBatch(ctx, b).Close())
 		_, err = tx.Exec(ctx, "INSERT INTO n VALUES (3)")
 		require.NoError(t, err)
@@ -95,8 +101,7 @@ func TestPipelinedTxThatSentNothingCostsNothing(t *testing.T) {
 	require.Equal(t, before, pool.Stat().AcquireCount(), "no connection was taken")
 	_, err := tx.Exec(ctx, "SELECT 1")
 	require.ErrorIs(t, err, pgx.ErrTxClosed, "an ended transaction runs nothing")
-	b := &pgx.Batch{}
-	b.Queue("SELECT 1")
+	b := batchOf("SELECT 1")
 	require.ErrorIs(t, tx.SendBatch(ctx, b).Close(), pgx.ErrTxClosed)
 }
 
@@ -106,10 +111,7 @@ func TestPipelinedTxFailedFirstBatch(t *testing.T) {
 	ctx := context.Background()
 	tx := dbpool.BeginPipelined(pool)
 	defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
-	b := &pgx.Batch{}
-	b.Queue("INSERT INTO n VALUES (1)")
-	b.Queue("INSERT INTO n VALUES (NULL)")
-	b.Queue("INSERT INTO n VALUES (3)")
+	b := batchOf("INSERT INTO n VALUES (1)", "INSERT INTO n VALUES (NULL)", "INSERT INTO n VALUES (3)")
 	results := tx.SendBatch(ctx, b)
 	_, err := results.Exec()
 	require.NoError(t, err)
@@ -121,8 +123,7 @@ func TestPipelinedTxFailedFirstBatch(t *testing.T) {
 	require.Zero(t, pool.Stat().AcquiredConns())
 	// The connection went back healthy: the pool's next transaction works.
 	tx = dbpool.BeginPipelined(pool)
-	b = &pgx.Batch{}
-	b.Queue("INSERT INTO n VALUES (4)")
+	b = batchOf("INSERT INTO n VALUES (4)")
 	require.NoError(t, tx.SendBatch(ctx, b).Close())
 	require.NoError(t, tx.Commit(ctx))
 	require.Equal(t, 1, count(t, pool))
@@ -140,8 +141,7 @@ func TestPipelinedTxFirstBatchWithoutAConnection(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	tx := dbpool.BeginPipelined(pool)
-	b := &pgx.Batch{}
-	b.Queue("INSERT INTO n VALUES (1)")
+	b := batchOf("INSERT INTO n VALUES (1)")
 	require.ErrorIs(t, tx.SendBatch(short, b).Close(), context.DeadlineExceeded, "the pool had no connection to give")
 	require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
 }
@@ -162,13 +162,10 @@ func TestPipelinedTxCommitsWithItsLastBatch(t *testing.T) {
 		tx := dbpool.BeginPipelined(pool)
 		defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
 		if !first {
-			b := &pgx.Batch{}
-			b.Queue("INSERT INTO n VALUES (1)")
+			b := batchOf("INSERT INTO n VALUES (1)")
 			require.NoError(t, tx.SendBatch(ctx, b).Close())
 		}
-		b := &pgx.Batch{}
-		b.Queue("INSERT INTO n VALUES (2)")
-		b.Queue("SELECT count(*) FROM n")
+		b := batchOf("INSERT INTO n VALUES (2)", "SELECT count(*) FROM n")
 		var seen int
 		err := tx.(batchCommitter).CommitBatch(ctx, b, func(br pgx.BatchResults) {
 			_, err := br.Exec()
@@ -201,12 +198,9 @@ func TestPipelinedTxLastBatchThatFails(t *testing.T) {
 	ctx := context.Background()
 	tx := dbpool.BeginPipelined(pool)
 	defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
-	b := &pgx.Batch{}
-	b.Queue("INSERT INTO n VALUES (1)")
+	b := batchOf("INSERT INTO n VALUES (1)")
 	require.NoError(t, tx.SendBatch(ctx, b).Close())
-	b = &pgx.Batch{}
-	b.Queue("INSERT INTO n VALUES (NULL)")
-	b.Queue("INSERT INTO n VALUES (3)")
+	b = batchOf("INSERT INTO n VALUES (NULL)", "INSERT INTO n VALUES (3)")
 	var errs []error
 	err := tx.(batchCommitter).CommitBatch(ctx, b, func(br pgx.BatchResults) {
 		for range 2 {
@@ -223,8 +217,7 @@ func TestPipelinedTxLastBatchThatFails(t *testing.T) {
 	require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed)
 	// The connection went back idle: the pool's next transaction works.
 	tx = dbpool.BeginPipelined(pool)
-	b = &pgx.Batch{}
-	b.Queue("INSERT INTO n VALUES (4)")
+	b = batchOf("INSERT INTO n VALUES (4)")
 	require.NoError(t, tx.(batchCommitter).CommitBatch(ctx, b, func(br pgx.BatchResults) { _, _ = br.Exec() }))
 	require.Equal(t, 1, count(t, pool))
 }

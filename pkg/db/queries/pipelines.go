@@ -51,23 +51,21 @@ func (q *Queries) Pipeline(ctx context.Context, calls ...func(*Queries)) error {
 // bundle's last writes, whose results are read only once the commit has
 // landed. A statement that fails makes the server skip the rest and the
 // COMMIT, so the transaction rolls back; its error is the call's own and
-// the one returned. tx is ended whatever happens. A tx that cannot
-// (anything but dbpool.BeginPipelined's) runs the pipeline, then commits.
+// the one returned. tx must be dbpool.BeginPipelined's, which can commit
+// with a batch, and is ended whatever happens.
 func CommitPipeline(ctx context.Context, tx pgx.Tx, calls ...func(*Queries)) error {
 	committer, ok := tx.(interface {
 		CommitBatch(context.Context, *pgx.Batch, func(pgx.BatchResults)) error
 	})
-	if !ok {
-		if err := New(tx).Pipeline(ctx, calls...); err != nil {
-			return err
-		}
-		return tx.Commit(ctx)
-	}
 	b, err := record(calls)
-	if err != nil {
-		return err
+	switch {
+	case !ok:
+		err = fmt.Errorf("commit with a pipeline: a %T cannot send its COMMIT in a batch", tx)
+	case err == nil:
+		return committer.CommitBatch(ctx, b, func(br pgx.BatchResults) { replay(br, calls) })
 	}
-	return committer.CommitBatch(ctx, b, func(br pgx.BatchResults) { replay(br, calls) })
+	_ = tx.Rollback(ctx) // nothing was sent; the transaction must not stay open holding its locks
+	return err
 }
 
 // record runs each call against a recorder and queues its one statement.

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
 )
@@ -78,4 +79,28 @@ func TestPipelineReportsAFailedStatement(t *testing.T) {
 	require.Error(t, err)
 	require.Error(t, badErr)
 	require.Error(t, afterErr)
+}
+
+// TestCommitPipelineEndsWhatItCannotSend: a call that makes no statement,
+// or a transaction that cannot commit with a batch, sends nothing; the
+// transaction is rolled back, so its connection and locks are not left
+// behind.
+func TestCommitPipelineEndsWhatItCannotSend(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+
+	tx := dbpool.BeginPipelined(pool)
+	_, err := tx.Exec(ctx, "SELECT 1")
+	require.NoError(t, err)
+	err = queries.CommitPipeline(ctx, tx, func(*queries.Queries) {})
+	require.ErrorContains(t, err, "made 0 statements, want one")
+	require.ErrorIs(t, tx.Rollback(ctx), pgx.ErrTxClosed, "it was rolled back")
+
+	plain, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	err = queries.CommitPipeline(ctx, plain, func(q *queries.Queries) { _, _ = q.ChatQueueLenAndNow(ctx, uuid.New()) })
+	require.ErrorContains(t, err, "cannot send its COMMIT in a batch")
+	require.ErrorIs(t, plain.Rollback(ctx), pgx.ErrTxClosed, "it was rolled back")
+	require.Zero(t, pool.Stat().AcquiredConns(), "both connections went back")
 }
