@@ -145,9 +145,19 @@ type sink struct {
 	stopAt atomic.Int64
 	record atomic.Bool
 	lat    []time.Duration // written by the handler goroutine only
+	// arrivals pairs each part's publish stamp (it names the part) with
+	// when it was written here, for the spread between a chat's watchers
+	// (turnResult.spread).
+	arrivals []arrival
 	// firstAt is when the first part was written while recording (read
 	// once last is closed).
 	firstAt time.Time
+}
+
+// arrival is one part's write at one watcher.
+type arrival struct {
+	published int64 // the part's publish stamp, its name within the chat
+	at        time.Time
 }
 
 func newSink() *sink {
@@ -183,6 +193,7 @@ func (s *sink) Write(b []byte) (int, error) {
 			}
 			if ns, err := strconv.ParseInt(string(rest[:j]), 10, 64); err == nil {
 				s.lat = append(s.lat, now.Sub(time.Unix(0, ns)))
+				s.arrivals = append(s.arrivals, arrival{published: ns, at: now})
 			}
 			rest = rest[j+1:]
 		}
