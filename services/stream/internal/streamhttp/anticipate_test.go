@@ -2,6 +2,7 @@ package streamhttp_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -44,20 +45,31 @@ func (a *anticipations) counts() (asked, released int) {
 	return len(a.asked), a.released
 }
 
-// TestNotificationAnticipatesTheEpisode: with PrefetchWatchers watchers, a
-// chat:update naming a running episode asks the part hub for it
-// (Server.Anticipate) before the loops select it; the next notification
+// TestNotificationAnticipatesTheEpisode: below PrefetchWatchers watchers
+// and at it, a chat:update naming a running episode asks the part hub for
+// it (Server.Anticipate) before the loops select it; the next notification
 // lets the hold go, and so does the last watcher's leave.
 func TestNotificationAnticipatesTheEpisode(t *testing.T) {
 	t.Parallel()
+	for _, watchers := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d watchers", watchers), func(t *testing.T) {
+			t.Parallel()
+			testAnticipation(t, watchers)
+		})
+	}
+}
+
+func testAnticipation(t *testing.T, watchers int) {
 	var a anticipations
 	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) {
 		s.PrefetchWatchers, s.Anticipate = 2, a.anticipate
 	})
 	id := e.create()
-	c1, c2 := e.connect(id, ""), e.connect(id, "")
-	for _, c := range []*sseConn{c1, c2} {
+	var conns []*sseConn
+	for range watchers {
+		c := e.connect(id, "")
 		c.next(t, 2) // the bootstrap: the system and user messages
+		conns = append(conns, c)
 	}
 	worker := uuid.New()
 	hv, ga := e.startAttempt(id, worker)
@@ -73,8 +85,9 @@ func TestNotificationAnticipatesTheEpisode(t *testing.T) {
 	e.send(id, "queued")
 	require.Eventually(t, func() bool { n, r := a.counts(); return r >= n-1 && r >= 1 }, 10*time.Second, 5*time.Millisecond)
 
-	c1.cancel()
-	c2.cancel()
+	for _, c := range conns {
+		c.cancel()
+	}
 	require.Eventually(t, func() bool { n, r := a.counts(); return r == n }, 10*time.Second, 5*time.Millisecond,
 		"every hold is released once the watchers left")
 }

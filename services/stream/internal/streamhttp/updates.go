@@ -156,7 +156,7 @@ func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 	cu.mu.Lock()
 	many := len(cu.conns) >= cu.prefetchAt
 	cu.mu.Unlock()
-	cu.anticipateEpisode(n, h, many)
+	cu.anticipateEpisode(n, h)
 	if !many || cu.window <= 0 {
 		cu.fanOut(h, many)
 		return
@@ -227,15 +227,19 @@ func (cu *chatUpdates) fanOut(h streamloop.Hints, many bool) {
 }
 
 // anticipateEpisode asks the part hub for the running episode n names
-// (Server.Anticipate) when the chat has many watchers, and lets go of the
-// one asked for before. Run on the subscription's goroutine, one
-// notification at a time.
-func (cu *chatUpdates) anticipateEpisode(n *chatdv1.ChatUpdateNotification, h streamloop.Hints, many bool) {
+// (Server.Anticipate), whatever the number of watchers, and lets go of the
+// one asked for before. The relay is then asked while the loops read the
+// commit, and the episode's first part is on its way when they select it:
+// a loop asks only after its read, ~0.5 ms later on an idle machine, and
+// the worker has the part by then. Run on the subscription's goroutine,
+// one notification at a time; it never blocks (the hub's Configure does
+// not).
+func (cu *chatUpdates) anticipateEpisode(n *chatdv1.ChatUpdateNotification, h streamloop.Hints) {
 	if cu.anticipate == nil {
 		return
 	}
 	var next Anticipation
-	if many && h.WorkerID != nil && runningEpisode(n) {
+	if h.WorkerID != nil && runningEpisode(n) {
 		next = cu.anticipate(context.Background(), cu.chatID, streamloop.Episode{
 			WorkerID: h.WorkerID, HistoryVersion: n.HistoryVersion, GenerationAttempt: n.GenerationAttempt,
 		})
