@@ -176,31 +176,53 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	if err := marks.Flush(); err != nil {
 		b.Logf("timeline: %v", err)
 	}
-	if hops, err := timelineHops(timelineFile); err != nil {
+	if hops, slow, err := timelineHops(timelineFile); err != nil {
 		b.Logf("timeline: %v", err)
 	} else {
 		b.Logf("hop p50s from the POST's start over %d turns: %s", b.N, hops)
+		b.Logf("the slowest turns, with the hops at which each fell 1 ms or more further behind the median turn: %s", slow)
 	}
 }
 
 // timelineHops reads a timeline file (pkg/telemetry/timeline) and lists, in
 // time order, each event's p50 offset from its turn's bench.post in
-// milliseconds. A turn is the lines, in time order (each process writes
-// its own in batches), from one bench.post to its bench.part1; an
+// milliseconds; slow lists the slowest turns with the hops that made them
+// slow (slowTurns). A turn is the lines, in time order (each process
+// writes its own in batches), from one bench.post to its bench.part1; an
 // event marked more than once in a turn (a bundle, a notification) is
 // numbered: bundle.begin, bundle.begin#2, and so on. Only events up to the
 // turn's first part count.
-func timelineHops(path string) (string, error) {
+func timelineHops(path string) (hops, slow string, err error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
+	turns := timelineTurns(string(data))
+	order := hopP50s(turns)
+	if len(order) == 0 {
+		return "", "", errors.New("no turn was marked")
+	}
+	var out strings.Builder
+	for i, h := range order {
+		if i > 0 {
+			out.WriteString(", ")
+		}
+		fmt.Fprintf(&out, "%s %.2f", h.event, h.p50)
+	}
+	return out.String(), slowTurns(turns, order, max(2, len(turns)/100), 1), nil
+}
+
+// timelineTurns splits a timeline's lines into turns: each event's offset
+// from its turn's bench.post, in milliseconds. A turn counts once its
+// bench.part1 is there (a process may not have written the last turn's
+// lines yet).
+func timelineTurns(data string) []map[string]float64 {
 	type mark struct {
 		us    int64
 		event string
 	}
 	var marks []mark
-	for _, line := range strings.Split(string(data), "\n") {
+	for _, line := range strings.Split(data, "\n") {
 		at, event, ok := strings.Cut(line, " ")
 		us, err := strconv.ParseInt(at, 10, 64)
 		if ok && err == nil {
@@ -208,9 +230,7 @@ func timelineHops(path string) (string, error) {
 		}
 	}
 	slices.SortStableFunc(marks, func(a, b mark) int { return cmp.Compare(a.us, b.us) })
-	// A turn counts once its bench.part1 is there (a process may not have
-	// written the last turn's lines yet).
-	offsets := map[string][]float64{}
+	var turns []map[string]float64
 	var start int64
 	var seen map[string]int
 	var turn map[string]float64
@@ -229,32 +249,71 @@ func timelineHops(path string) (string, error) {
 		}
 		turn[event] = float64(m.us-start) / 1000
 		if done = event == "bench.part1"; done {
-			for e, d := range turn {
-				offsets[e] = append(offsets[e], d)
-			}
+			turns = append(turns, turn)
 		}
 	}
-	type hop struct {
-		event string
-		p50   float64
+	return turns
+}
+
+// hop is an event's p50 offset from the POST over the turns.
+type hop struct {
+	event string
+	p50   float64
+}
+
+// hopP50s returns every event's p50 offset, in the order of the p50s.
+func hopP50s(turns []map[string]float64) []hop {
+	offsets := map[string][]float64{}
+	for _, turn := range turns {
+		for e, d := range turn {
+			offsets[e] = append(offsets[e], d)
+		}
 	}
 	var hops []hop
 	for event, ds := range offsets {
 		slices.Sort(ds)
 		hops = append(hops, hop{event, ds[len(ds)/2]})
 	}
-	if len(hops) == 0 {
-		return "", errors.New("no turn was marked")
-	}
-	slices.SortFunc(hops, func(a, b hop) int { return cmp.Compare(a.p50, b.p50) })
+	slices.SortFunc(hops, func(a, b hop) int { return cmp.Or(cmp.Compare(a.p50, b.p50), cmp.Compare(a.event, b.event)) })
+	return hops
+}
+
+// slowTurns lists the n slowest turns (by bench.part1), each with the hops
+// at which it fell minExcess ms or more further behind the median turn:
+// walking its events in the p50s' order, an event's lateness is its offset
+// minus its p50, and each new maximum of the lateness so far names the hop
+// that added it. Where a p99 turn lost its time, which a p50 breakdown
+// cannot say. Events on a path beside the critical one (the stream's read
+// while the worker's bundle runs) may come early without hiding anything:
+// only a new maximum counts, so the amounts listed add up to at most the
+// turn's largest lateness.
+func slowTurns(turns []map[string]float64, order []hop, n int, minExcess float64) string {
+	slow := slices.Clone(turns)
+	slices.SortFunc(slow, func(a, b map[string]float64) int { return cmp.Compare(b["bench.part1"], a["bench.part1"]) })
 	var out strings.Builder
-	for i, h := range hops {
+	for i, turn := range slow[:min(n, len(slow))] {
 		if i > 0 {
-			out.WriteString(", ")
+			out.WriteString("; ")
 		}
-		fmt.Fprintf(&out, "%s %.2f", h.event, h.p50)
+		fmt.Fprintf(&out, "%.1f ms:", turn["bench.part1"])
+		behind, listed := 0.0, false
+		for _, h := range order {
+			at, ok := turn[h.event]
+			if !ok {
+				continue
+			}
+			late := at - h.p50
+			if late-behind >= minExcess {
+				fmt.Fprintf(&out, " %s +%.1f", h.event, late-behind)
+				listed = true
+			}
+			behind = max(behind, late)
+		}
+		if !listed {
+			out.WriteString(" no hop fell behind the median turn by that much")
+		}
 	}
-	return out.String(), nil
+	return out.String()
 }
 
 // stageMeans reads the chatd_stage_duration_seconds histograms of a
