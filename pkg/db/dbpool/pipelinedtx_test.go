@@ -23,6 +23,16 @@ func pipelinedPool(t *testing.T) *pgxpool.Pool {
 	return pool
 }
 
+// beginPipelined begins a pipelined transaction on pool and rolls it back
+// when the test ends, which frees its connection if the test fails before
+// it ends the transaction itself.
+func beginPipelined(t *testing.T, pool *pgxpool.Pool) pgx.Tx {
+	t.Helper()
+	tx := dbpool.BeginPipelined(pool)
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	return tx
+}
+
 // batchOf is a batch of the statements, in order.
 func batchOf(statements ...string) *pgx.Batch {
 	b := &pgx.Batch{}
@@ -44,8 +54,7 @@ func TestPipelinedTxBeginsWithItsFirstBatch(t *testing.T) {
 	pool := pipelinedPool(t)
 	ctx := context.Background()
 	for _, end := range []string{"commit", "rollback"} {
-		tx := dbpool.BeginPipelined(pool)
-		defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
+		tx := beginPipelined(t, pool)
 		require.Nil(t, tx.Conn(), "no connection before the first statement")
 		b := batchOf("INSERT INTO n VALUES (1)", "SELECT txid_current_if_assigned() IS NOT NULL")
 		results := tx.SendBatch(ctx, b)
@@ -79,8 +88,7 @@ func TestPipelinedTxBeginsBeforeAPlainFirstStatement(t *testing.T) {
 	t.Parallel()
 	pool := pipelinedPool(t)
 	ctx := context.Background()
-	tx := dbpool.BeginPipelined(pool)
-	defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
+	tx := beginPipelined(t, pool)
 	_, err := tx.Exec(ctx, "INSERT INTO n VALUES (1)")
 	require.NoError(t, err)
 	require.EqualValues(t, 'T', tx.Conn().PgConn().TxStatus())
@@ -109,8 +117,7 @@ func TestPipelinedTxFailedFirstBatch(t *testing.T) {
 	t.Parallel()
 	pool := pipelinedPool(t)
 	ctx := context.Background()
-	tx := dbpool.BeginPipelined(pool)
-	defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
+	tx := beginPipelined(t, pool)
 	b := batchOf("INSERT INTO n VALUES (1)", "INSERT INTO n VALUES (NULL)", "INSERT INTO n VALUES (3)")
 	results := tx.SendBatch(ctx, b)
 	_, err := results.Exec()
@@ -159,8 +166,7 @@ func TestPipelinedTxCommitsWithItsLastBatch(t *testing.T) {
 	pool := pipelinedPool(t)
 	ctx := context.Background()
 	for _, first := range []bool{false, true} {
-		tx := dbpool.BeginPipelined(pool)
-		defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
+		tx := beginPipelined(t, pool)
 		if !first {
 			b := batchOf("INSERT INTO n VALUES (1)")
 			require.NoError(t, tx.SendBatch(ctx, b).Close())
@@ -196,8 +202,7 @@ func TestPipelinedTxLastBatchThatFails(t *testing.T) {
 	t.Parallel()
 	pool := pipelinedPool(t)
 	ctx := context.Background()
-	tx := dbpool.BeginPipelined(pool)
-	defer tx.Rollback(ctx) //nolint:errcheck // frees the connection if the test fails first
+	tx := beginPipelined(t, pool)
 	b := batchOf("INSERT INTO n VALUES (1)")
 	require.NoError(t, tx.SendBatch(ctx, b).Close())
 	b = batchOf("INSERT INTO n VALUES (NULL)", "INSERT INTO n VALUES (3)")
