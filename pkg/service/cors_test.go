@@ -19,7 +19,7 @@ func TestRunAnswersCORS(t *testing.T) {
 	t.Parallel()
 	policy, err := cors.Parse("https://app.example.com, http://localhost:5173")
 	require.NoError(t, err)
-	register := func(_ *grpc.Server, mux *http.ServeMux) error {
+	register := func(_ grpc.ServiceRegistrar, mux *http.ServeMux) error {
 		mux.HandleFunc("GET /api/v2/chats", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{}`)) })
 		return nil
 	}

@@ -21,7 +21,7 @@ func TestUnroutedRequestsGetTheErrorBody(t *testing.T) {
 	t.Parallel()
 	r := start(t, service.Options{
 		ShutdownTimeout: time.Minute,
-		Register: func(_ *grpc.Server, mux *http.ServeMux) error {
+		Register: func(_ grpc.ServiceRegistrar, mux *http.ServeMux) error {
 			mux.HandleFunc("GET /things/{id}", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "thing") })
 			mux.HandleFunc("GET /dir/", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "dir") })
 			return nil

@@ -11,21 +11,17 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/chatd/chatd/pkg/cors"
 	"github.com/chatd/chatd/pkg/telemetry"
 )
-
-// inProcessBufferSize is the in-memory listener's buffer for RegisterGateway.
-const inProcessBufferSize = 1 << 20
 
 // HealthName is the gRPC health service name that reports on the service
 // called name as a whole: "api" → "chatd.v1.api".
@@ -59,14 +55,21 @@ type Options struct {
 	// Register adds the service's handlers before anything is served. mux
 	// is nil when the service has no HTTP listener. Every gRPC service it
 	// registers is reported SERVING by the health service too.
-	Register func(s *grpc.Server, mux *http.ServeMux) error
-	// ServerOptions configure the gRPC server (interceptors, limits).
+	Register func(s grpc.ServiceRegistrar, mux *http.ServeMux) error
+	// UnaryInterceptors run, in order, around every unary call: those that
+	// arrive on the gRPC listener and those RegisterGateway's facade makes
+	// in process.
+	UnaryInterceptors []grpc.UnaryServerInterceptor
+	// ServerOptions configure the gRPC server (stream interceptors,
+	// limits). A unary interceptor given here runs only on calls from the
+	// network; give it in UnaryInterceptors to cover the facade too.
 	ServerOptions []grpc.ServerOption
-	// RegisterGateway, when set, is called after Register with a client
-	// connection to this same gRPC server over an in-memory listener, so an
-	// HTTP facade (grpc-gateway) reaches the handlers through the same
-	// interceptors without a network hop. mux is nil without HTTP.
-	RegisterGateway func(conn *grpc.ClientConn, mux *http.ServeMux) error
+	// RegisterGateway, when set, is called after Register with a
+	// connection to this same server's unary handlers in process, so an
+	// HTTP facade (grpc-gateway) reaches them through UnaryInterceptors
+	// with neither a network hop nor a marshal (direct.go). mux is nil
+	// without HTTP.
+	RegisterGateway func(conn grpc.ClientConnInterface, mux *http.ServeMux) error
 	// MetricsHandler, when set, is served at MetricsPath (GET): on the HTTP
 	// listener when there is one, and on the metrics listener.
 	MetricsHandler http.Handler
@@ -116,9 +119,15 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	closeAll := func(ls ...net.Listener) { closeAll(append(ls, mlis)...) }
 
-	gs := grpc.NewServer(opts.ServerOptions...)
+	serverOpts := opts.ServerOptions
+	if len(opts.UnaryInterceptors) > 0 {
+		serverOpts = append(slices.Clip(serverOpts), grpc.ChainUnaryInterceptor(opts.UnaryInterceptors...))
+	}
+	gs := grpc.NewServer(serverOpts...)
+	direct := newDirectConn(opts.UnaryInterceptors)
+	registrar := directRegistrar{server: gs, direct: direct}
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
+	healthpb.RegisterHealthServer(registrar, hs)
 	reflection.Register(gs)
 
 	var mux *http.ServeMux
@@ -130,26 +139,16 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 	if opts.Register != nil {
-		if err := opts.Register(gs, mux); err != nil {
+		if err := opts.Register(registrar, mux); err != nil {
 			closeAll(glis, hlis)
 			return fmt.Errorf("error registering %s handlers: %w", opts.Name, err)
 		}
 	}
-	var inproc *bufconn.Listener
-	var inprocConn *grpc.ClientConn
+	var gateway *directConn
 	if opts.RegisterGateway != nil {
-		inproc = bufconn.Listen(inProcessBufferSize)
-		conn, err := grpc.NewClient("passthrough:///in-process",
-			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return inproc.DialContext(ctx) }),
-			grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			closeAll(glis, hlis, inproc)
-			return fmt.Errorf("error connecting %s in process: %w", opts.Name, err)
-		}
-		inprocConn = conn
-		defer conn.Close()
-		if err := opts.RegisterGateway(conn, mux); err != nil {
-			closeAll(glis, hlis, inproc)
+		gateway = direct
+		if err := opts.RegisterGateway(direct, mux); err != nil {
+			closeAll(glis, hlis)
 			return fmt.Errorf("error registering %s gateway: %w", opts.Name, err)
 		}
 	}
@@ -175,10 +174,6 @@ func Run(ctx context.Context, opts Options) error {
 		}
 		served <- err
 	}()
-	if inproc != nil {
-		// Stops with gs; its result carries no news the TCP listener's lacks.
-		go func() { _ = gs.Serve(inproc) }()
-	}
 	var hsrv *http.Server
 	if hlis != nil {
 		running++
@@ -228,7 +223,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 
 	hs.Shutdown()
-	shutdown(log, gs, hsrv, inprocConn, timeout)
+	shutdown(log, gs, hsrv, gateway, timeout)
 	if msrv != nil {
 		// Metrics stay scrapable while the others drain; it has no
 		// long-lived requests to wait for.
@@ -293,10 +288,10 @@ func listenMetrics(opts Options) (net.Listener, error) {
 // shutdown stops both servers at once, each gracefully within timeout, then
 // forcibly.
 //
-// An in-process client connection (RegisterGateway) carries HTTP requests
-// to gRPC: it is closed once HTTP has drained, because GracefulStop waits for
-// every client connection, idle ones included.
-func shutdown(log *slog.Logger, gs *grpc.Server, hsrv *http.Server, inproc *grpc.ClientConn, timeout time.Duration) {
+// The in-process gateway's calls (RegisterGateway) are HTTP requests' work:
+// once HTTP has drained, new ones are refused and the stop waits for those
+// still running, as it waits for the gRPC server's own calls.
+func shutdown(log *slog.Logger, gs *grpc.Server, hsrv *http.Server, gateway *directConn, timeout time.Duration) {
 	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 
@@ -314,9 +309,12 @@ func shutdown(log *slog.Logger, gs *grpc.Server, hsrv *http.Server, inproc *grpc
 
 	grpcDone := make(chan struct{})
 	go func() {
-		if inproc != nil {
+		if gateway != nil {
 			<-httpDone
-			_ = inproc.Close()
+			select {
+			case <-gateway.close():
+			case <-sctx.Done():
+			}
 		}
 		gs.GracefulStop()
 		close(grpcDone)

@@ -99,7 +99,7 @@ func TestRunServesHealthAndStopsOnCancel(t *testing.T) {
 	t.Parallel()
 	r := start(t, service.Options{
 		ShutdownTimeout: time.Minute,
-		Register: func(s *grpc.Server, mux *http.ServeMux) error {
+		Register: func(s grpc.ServiceRegistrar, mux *http.ServeMux) error {
 			s.RegisterService(&echoDesc, struct{}{})
 			mux.HandleFunc("GET /hello", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hi") })
 			return nil
@@ -184,7 +184,7 @@ func TestRunFinishesInFlightHTTPRequests(t *testing.T) {
 	entered := make(chan struct{})
 	r := start(t, service.Options{
 		ShutdownTimeout: time.Minute,
-		Register: func(_ *grpc.Server, mux *http.ServeMux) error {
+		Register: func(_ grpc.ServiceRegistrar, mux *http.ServeMux) error {
 			mux.HandleFunc("GET /slow", func(w http.ResponseWriter, _ *http.Request) {
 				close(entered)
 				<-release
@@ -246,7 +246,7 @@ func TestRunReportsListenAndRegisterErrors(t *testing.T) {
 	err = service.Run(context.Background(), service.Options{
 		Name:         "test",
 		GRPCListener: glis,
-		Register:     func(*grpc.Server, *http.ServeMux) error { return errors.New("boom") },
+		Register:     func(grpc.ServiceRegistrar, *http.ServeMux) error { return errors.New("boom") },
 	})
 	require.ErrorContains(t, err, "error registering test handlers: boom")
 	_, err = net.DialTimeout("tcp", glis.Addr().String(), time.Second)

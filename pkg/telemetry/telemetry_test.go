@@ -101,7 +101,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		done <- service.Run(ctx, service.Options{
 			Name: "test", GRPCListener: glis, MetricsListener: mlis, MetricsHandler: tel.Handler,
 			Logger:   slog.New(slog.DiscardHandler),
-			Register: func(*grpc.Server, *http.ServeMux) error { return nil },
+			Register: func(grpc.ServiceRegistrar, *http.ServeMux) error { return nil },
 		})
 	}()
 	t.Cleanup(func() {

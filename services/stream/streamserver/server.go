@@ -187,7 +187,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log.With("relay_addr", cfg.RelayAddr),
 		CORS:            cfg.CORS,
-		Register: func(_ *grpc.Server, mux *http.ServeMux) error {
+		Register: func(_ grpc.ServiceRegistrar, mux *http.ServeMux) error {
 			srv.Register(mux)
 			return nil
 		},

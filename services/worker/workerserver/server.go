@@ -339,7 +339,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		MetricsHandler:  tel.Handler,
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
-		Register: func(s *grpc.Server, _ *http.ServeMux) error {
+		Register: func(s grpc.ServiceRegistrar, _ *http.ServeMux) error {
 			partsSrv.Register(s)
 			return nil
 		},

@@ -106,13 +106,13 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger:          log,
 		CORS:            cfg.CORS,
+		// The rate limit runs after authentication (its bucket is the
+		// caller's) and before anything reads the request.
+		UnaryInterceptors: []grpc.UnaryServerInterceptor{verifier.UnaryServerInterceptor(), srv.limit.UnaryInterceptor(), ValidateTextUnary()},
 		ServerOptions: []grpc.ServerOption{
-			// The rate limit runs after authentication (its bucket is the
-			// caller's) and before anything reads the request.
-			grpc.ChainUnaryInterceptor(verifier.UnaryServerInterceptor(), srv.limit.UnaryInterceptor(), ValidateTextUnary()),
 			grpc.ChainStreamInterceptor(verifier.StreamServerInterceptor(), ValidateTextStream()),
 		},
-		Register: func(s *grpc.Server, mux *http.ServeMux) error {
+		Register: func(s grpc.ServiceRegistrar, mux *http.ServeMux) error {
 			if mux != nil {
 				files := &FilesHandler{Q: queries.New(pool), Verifier: verifier, MaxBytes: srv.maxAttachmentBytes(), Log: log, Limit: srv.limit}
 				files.Register(mux)
@@ -122,7 +122,7 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 			chatdv1.RegisterModelOverrideServiceServer(s, srv.ModelOverrides())
 			return nil
 		},
-		RegisterGateway: func(conn *grpc.ClientConn, mux *http.ServeMux) error {
+		RegisterGateway: func(conn grpc.ClientConnInterface, mux *http.ServeMux) error {
 			gw, err := NewGateway(ctx, conn, maxBody)
 			if err != nil {
 				return err

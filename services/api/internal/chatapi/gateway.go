@@ -26,12 +26,12 @@ import (
 // APIPrefix is where the REST facade is mounted.
 const APIPrefix = "/api/v2/"
 
-// NewGateway returns the REST facade: grpc-gateway over conn (an
-// in-process connection to the ChatService), with the contract's JSON
-// (snake_case, booleans always present), status codes and error bodies,
-// plus the OpenAPI document at /api/v2/openapi.json. maxBody bounds request
-// bodies (413 beyond it).
-func NewGateway(ctx context.Context, conn *grpc.ClientConn, maxBody int64) (http.Handler, error) {
+// NewGateway returns the REST facade: grpc-gateway over conn (the
+// services' in-process connection, service.Options.RegisterGateway), with
+// the contract's JSON (snake_case, booleans always present), status codes
+// and error bodies, plus the OpenAPI document at /api/v2/openapi.json.
+// maxBody bounds request bodies (413 beyond it).
+func NewGateway(ctx context.Context, conn grpc.ClientConnInterface, maxBody int64) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, singleValueJSON{&runtime.JSONPb{
 			MarshalOptions: protojson.MarshalOptions{UseProtoNames: true, EmitDefaultValues: true},
@@ -49,13 +49,13 @@ func NewGateway(ctx context.Context, conn *grpc.ClientConn, maxBody int64) (http
 			return runtime.DefaultHeaderMatcher(key)
 		}),
 	)
-	if err := chatdv1.RegisterChatServiceHandler(ctx, gw, conn); err != nil {
+	if err := chatdv1.RegisterChatServiceHandlerClient(ctx, gw, chatdv1.NewChatServiceClient(conn)); err != nil {
 		return nil, fmt.Errorf("register REST facade: %w", err)
 	}
-	if err := chatdv1.RegisterMcpServerServiceHandler(ctx, gw, conn); err != nil {
+	if err := chatdv1.RegisterMcpServerServiceHandlerClient(ctx, gw, chatdv1.NewMcpServerServiceClient(conn)); err != nil {
 		return nil, fmt.Errorf("register REST facade of McpServerService: %w", err)
 	}
-	if err := chatdv1.RegisterModelOverrideServiceHandler(ctx, gw, conn); err != nil {
+	if err := chatdv1.RegisterModelOverrideServiceHandlerClient(ctx, gw, chatdv1.NewModelOverrideServiceClient(conn)); err != nil {
 		return nil, fmt.Errorf("register REST facade of ModelOverrideService: %w", err)
 	}
 	mux := http.NewServeMux()
