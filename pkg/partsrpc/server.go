@@ -49,8 +49,10 @@ type Server struct {
 
 	buf *partbuf.Buffer
 	log *slog.Logger
-	// subscribeEpisode is buf.SubscribeToEpisode; tests replace it.
+	// subscribeEpisode is buf.SubscribeToEpisode and bufferedParts
+	// buf.GetParts; tests replace them.
 	subscribeEpisode func(partbuf.Episode) (<-chan partbuf.Part, func())
+	bufferedParts    func(partbuf.Episode) ([]partbuf.Part, error)
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -66,6 +68,7 @@ func New(buf *partbuf.Buffer, opts Options) *Server {
 		buf:              buf,
 		log:              log.With("component", "parts"),
 		subscribeEpisode: buf.SubscribeToEpisode,
+		bufferedParts:    buf.GetParts,
 		closing:          make(chan struct{}),
 	}
 }
@@ -121,6 +124,9 @@ func (s *Server) StreamParts(stream chatdv1.PartsService_StreamPartsServer) erro
 			}
 			timeline.Mark("worker.parts.subscribed")
 			cur = s.subscribe(*sel)
+			if err := s.sendBuffered(stream, cur, ctl); err != nil {
+				return err
+			}
 		}
 		if eof {
 			halfClosed = true
@@ -234,6 +240,35 @@ func (s *Server) deliver(stream chatdv1.PartsService_StreamPartsServer, cur *fee
 		return more, err
 	}
 	return delivered, nil
+}
+
+// sendBuffered sends at once the parts the buffer already holds for a new
+// selection: a relay usually asks for an episode after its first part was
+// made, and that part would otherwise wait for the subscription's goroutine
+// and the feed's to hand it over. The feed delivers them again, and
+// deliver skips what was sent (cur.pos), so the subscription still checks
+// every seq. It stops early when a new control message is waiting.
+func (s *Server) sendBuffered(stream chatdv1.PartsService_StreamPartsServer, cur *feed, ctl *streamctl.Latest[selection]) error {
+	parts, err := s.bufferedParts(cur.sel.ep)
+	if err != nil {
+		return nil // not created yet (or collected): the feed says which
+	}
+	for _, p := range parts {
+		if ctl.Pending() {
+			return nil
+		}
+		if p.Seq != cur.pos+1 {
+			if p.Seq <= cur.pos {
+				continue // at or before after_seq
+			}
+			return nil // not contiguous: leave it to the feed's check
+		}
+		if err := stream.Send(cur.sel.partResponse(p)); err != nil {
+			return err
+		}
+		cur.pos = p.Seq
+	}
+	return nil
 }
 
 // selection is a parsed control message.
