@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
@@ -66,28 +65,16 @@ func TestNewSelectionSendsBufferedPartsAtOnce(t *testing.T) {
 			go func() { done <- srv.StreamParts(st) }()
 			st.reqs <- &chatdv1.StreamPartsRequest{ChatId: ep.ChatID.String(), HistoryVersion: 3, GenerationAttempt: 1, AfterSeq: afterSeq}
 
-			next := func() *chatdv1.StreamPartsResponse {
-				t.Helper()
-				select {
-				case r := <-st.resps:
-					return r
-				case err := <-done:
-					t.Fatalf("StreamParts ended: %v", err)
-				case <-time.After(5 * time.Second):
-					t.Fatal("no response")
-				}
-				return nil
-			}
 			// Sent while the subscription is held back.
 			for seq := afterSeq + 1; seq <= 4; seq++ {
-				require.Equal(t, seq, next().GetPart().GetSeq())
+				require.Equal(t, seq, st.next(t, done).GetPart().GetSeq())
 			}
 			add(5)
 			buf.CloseEpisode(ep)
 			close(release)
-			r := next()
+			r := st.next(t, done)
 			require.Equal(t, int64(5), r.GetPart().GetSeq(), "the parts already sent are not sent again: got %v", r)
-			r = next()
+			r = st.next(t, done)
 			require.NotNil(t, r.GetEpisodeClosed(), "got %v", r)
 			require.Equal(t, int64(5), r.GetEpisodeClosed().GetLastSeq())
 			cancel()

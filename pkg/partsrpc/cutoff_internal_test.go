@@ -46,6 +46,21 @@ func (f *fakeStream) Recv() (*chatdv1.StreamPartsRequest, error) {
 	}
 }
 
+// next returns the server's next response. The test fails if the call
+// ends first (done) or nothing comes within 5 s.
+func (f *fakeStream) next(t *testing.T, done <-chan error) *chatdv1.StreamPartsResponse {
+	t.Helper()
+	select {
+	case r := <-f.resps:
+		return r
+	case err := <-done:
+		t.Fatalf("StreamParts ended: %v", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("no response")
+	}
+	return nil
+}
+
 func (f *fakeStream) Send(r *chatdv1.StreamPartsResponse) error {
 	select {
 	case f.resps <- r:
@@ -131,23 +146,13 @@ func TestCutOffSubscriptionResumes(t *testing.T) {
 			go func() { done <- srv.StreamParts(st) }()
 			st.reqs <- &chatdv1.StreamPartsRequest{ChatId: ep.ChatID.String(), HistoryVersion: 4, GenerationAttempt: 1, AfterSeq: tc.afterSeq}
 
-			next := func() *chatdv1.StreamPartsResponse {
-				t.Helper()
-				select {
-				case r := <-st.resps:
-					return r
-				case <-time.After(5 * time.Second):
-					t.Fatal("no response")
-					return nil
-				}
-			}
 			for seq := tc.afterSeq + 1; seq <= n; seq++ {
-				r := next()
+				r := st.next(t, done)
 				require.NotNil(t, r.GetPart(), "want part %d, got %v", seq, r)
 				require.Equal(t, seq, r.GetPart().GetSeq())
 				require.JSONEq(t, fmt.Sprintf(`{"i":%d}`, seq), r.GetPart().GetData())
 			}
-			r := next()
+			r := st.next(t, done)
 			require.NotNil(t, r.GetEpisodeClosed(), "got %v", r)
 			require.Equal(t, int64(n), r.GetEpisodeClosed().GetLastSeq())
 			require.Equal(t, int32(2), calls.Load())
@@ -190,20 +195,8 @@ func TestReselectWhileSending(t *testing.T) {
 		go func() { done <- srv.StreamParts(st) }()
 		sel := &chatdv1.StreamPartsRequest{ChatId: ep.ChatID.String(), HistoryVersion: 1}
 		st.reqs <- sel
-		next := func() *chatdv1.StreamPartsResponse {
-			t.Helper()
-			select {
-			case r := <-st.resps:
-				return r
-			case err := <-done:
-				t.Fatalf("StreamParts ended: %v", err)
-			case <-time.After(5 * time.Second):
-				t.Fatal("no response")
-			}
-			return nil
-		}
 		// The server is now blocked sending part 2.
-		require.Equal(t, int64(1), next().GetPart().GetSeq())
+		require.Equal(t, int64(1), st.next(t, done).GetPart().GetSeq())
 		st.reqs <- sel
 		// Wait until the receiving goroutine has posted the selection: it
 		// calls Recv again only after that.
@@ -218,7 +211,7 @@ func TestReselectWhileSending(t *testing.T) {
 		var last int64 = 1
 		restarted := false
 		for {
-			r := next()
+			r := st.next(t, done)
 			if c := r.GetEpisodeClosed(); c != nil {
 				require.True(t, restarted)
 				require.Equal(t, int64(n), last)
