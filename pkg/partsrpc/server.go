@@ -257,10 +257,10 @@ func (s *Server) sendBuffered(stream chatdv1.PartsService_StreamPartsServer, cur
 		if ctl.Pending() {
 			return nil
 		}
-		if p.Seq != cur.pos+1 {
-			if p.Seq <= cur.pos {
-				continue // at or before after_seq
-			}
+		switch {
+		case p.Seq <= cur.pos:
+			continue // at or before after_seq
+		case p.Seq > cur.pos+1:
 			return nil // not contiguous: leave it to the feed's check
 		}
 		if err := stream.Send(cur.sel.partResponse(p)); err != nil {

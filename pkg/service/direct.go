@@ -94,7 +94,7 @@ func (c *directConn) Invoke(ctx context.Context, method string, args, reply any,
 		return status.FromContextError(err).Err()
 	}
 	msg, ok := resp.(proto.Message)
-	if !ok || msg == nil || !msg.ProtoReflect().IsValid() {
+	if !ok || !msg.ProtoReflect().IsValid() { // a nil interface, or a nil *T
 		return status.Errorf(codes.Internal, "call %s: the handler returned no response", method)
 	}
 	proto.Reset(out)
