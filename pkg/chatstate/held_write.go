@@ -29,6 +29,9 @@ import (
 type heldWrite struct {
 	// what names the write in its error ("acquire chat ... for runner ...").
 	what string
+	// insert, when set, is a message insert the write follows in the same
+	// round trip (a turn's user message, holdTurnStart).
+	insert *heldInsert
 	// write makes exactly one call of a generated method (queries.Pipeline's
 	// rules) and returns the row it wrote.
 	write     func(*queries.Queries) (queries.Chat, error)
@@ -41,6 +44,19 @@ type heldWrite struct {
 }
 
 func (h *heldWrite) call(q *queries.Queries) { h.row, h.err = h.write(q) }
+
+// heldInsert is a message insert held with the chat write after it.
+type heldInsert struct {
+	// write makes exactly one call of a generated method and returns the
+	// row it inserted.
+	write     func(*queries.Queries) (queries.ChatMessage, error)
+	predicted queries.ChatMessage
+
+	row queries.ChatMessage
+	err error
+}
+
+func (h *heldInsert) call(q *queries.Queries) { h.row, h.err = h.write(q) }
 
 // hold holds a write of the chat row that leaves it as predicted: tx.chat
 // becomes the prediction now, and the write goes with the bundle's next
@@ -91,9 +107,12 @@ func (tx *Tx) takeHeld() []*heldWrite {
 }
 
 func heldCalls(held []*heldWrite) []func(*queries.Queries) {
-	calls := make([]func(*queries.Queries), len(held))
-	for i, h := range held {
-		calls[i] = h.call
+	calls := make([]func(*queries.Queries), 0, len(held))
+	for _, h := range held {
+		if h.insert != nil {
+			calls = append(calls, h.insert.call)
+		}
+		calls = append(calls, h.call)
 	}
 	return calls
 }
@@ -104,6 +123,17 @@ func heldCalls(held []*heldWrite) []func(*queries.Queries) {
 // wroteHistory before sending it), and that mark must outlive these rows.
 func (tx *Tx) landHeld(held []*heldWrite) error {
 	for _, h := range held {
+		if in := h.insert; in != nil {
+			// A failed insert makes the server skip the write after it:
+			// the insert's error is the one that says why.
+			if in.err != nil {
+				return fmt.Errorf("%s: insert message: %w", h.what, in.err)
+			}
+			if !sameMessage(in.predicted, in.row) {
+				return fmt.Errorf("%s inserted message %d of chat %s at revision %d; predicted message %d at revision %d: %w",
+					h.what, in.row.ID, in.row.ChatID, in.row.Revision, in.predicted.ID, in.predicted.Revision, ErrLandingMismatch)
+			}
+		}
 		if h.err != nil {
 			return fmt.Errorf("%s: %w", h.what, h.err)
 		}
@@ -127,6 +157,15 @@ func sameExecution(a, b queries.Chat) bool {
 		a.SnapshotVersion == b.SnapshotVersion && a.HistoryVersion == b.HistoryVersion &&
 		a.QueueVersion == b.QueueVersion && a.GenerationAttempt == b.GenerationAttempt &&
 		a.RetryStateVersion == b.RetryStateVersion && (a.RetryState == nil) == (b.RetryState == nil)
+}
+
+// sameMessage says whether two readings of a message row agree on what
+// the bundle's caller and history's readers use of it; its content is the
+// same JSON either way (jsonb only reformats it).
+func sameMessage(a, b queries.ChatMessage) bool {
+	return a.ID == b.ID && a.ChatID == b.ChatID && a.Role == b.Role && a.Revision == b.Revision &&
+		a.Visibility == b.Visibility && a.Deleted == b.Deleted && a.CreatedAt.Equal(b.CreatedAt) &&
+		sameID(a.QueuedMessageID, b.QueuedMessageID) && sameID(a.TurnID, b.TurnID)
 }
 
 func sameID[T comparable](a, b *T) bool {

@@ -271,3 +271,116 @@ CREATE TRIGGER refuse_attempt BEFORE UPDATE ON chats FOR EACH ROW EXECUTE FUNCTI
 	require.Zero(t, h.pool.Stat().AcquiredConns(), "the failed bundle gave its connection back")
 	h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, h.worker, uuid.New()) })
 }
+
+// TestTurnStartTravelsWithTheCommit: a bundle opened WithMessageID that
+// sends a message starting a turn takes the message's ID with the lock
+// and sends the insert and the execution write with its COMMIT, one round
+// trip; the message it hands back is the one stored, and the bundle's
+// snapshot is the committed row, on a prediction of what the triggers do
+// (an error turn's attempt count restarts). Messages sent later take
+// greater IDs; a bundle that inserts nothing leaves a gap only.
+func TestTurnStartTravelsWithTheCommit(t *testing.T) {
+	t.Parallel()
+	h, rec := newTracedHarness(t)
+	for _, from := range []chatstate.State{chatstate.W, chatstate.E0} {
+		id := h.reach(from, 0, false)
+		if from == chatstate.E0 {
+			// An error turn that had made attempts.
+			_, err := h.pool.Exec(h.ctx, "UPDATE chats SET generation_attempt = 2 WHERE id = $1", id)
+			require.NoError(t, err)
+		}
+		takeTrips(rec)
+		var sent chatstate.SendMessageResult
+		res, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+			var err error
+			sent, err = tx.SendMessage(h.ctx, chatstate.UserMessage(text("go")), chatstate.BusyQueue)
+			if err != nil {
+				return err
+			}
+			require.Equal(t, chatstate.R0, tx.State(), "the Tx holds the row the writes leave")
+			return nil
+		}, chatstate.WithOpenToolCalls(), chatstate.WithMessageID())
+		require.NoError(t, err)
+		require.Equal(t, []string{
+			"begin + ChatLockAndBump + ChatQueueLenAndNow + ChatMessageOpenToolCalls + ChatMessageReserveID",
+			"ChatMessageInsertWithID + ChatSetExecution + commit",
+		}, takeTrips(rec), from)
+
+		stored, err := queries.New(h.pool).ChatMessageListActive(h.ctx, id)
+		require.NoError(t, err)
+		last := stored[len(stored)-1]
+		require.NotNil(t, sent.Message)
+		require.Equal(t, last.ID, sent.Message.ID, from)
+		require.Greater(t, last.ID, stored[len(stored)-2].ID, "the reserved ID follows the chat's messages")
+		require.Equal(t, last.Revision, sent.Message.Revision, from)
+		require.True(t, last.CreatedAt.Equal(sent.Message.CreatedAt), from)
+		require.JSONEq(t, string(last.Content), string(sent.Message.Content), from)
+
+		s, err := h.m.Get(h.ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, chatstate.R0, s.State(), from)
+		require.Zero(t, s.Chat.GenerationAttempt, "the message's trigger restarted the attempt count")
+		require.Equal(t, s.Chat.SnapshotVersion, s.Chat.HistoryVersion, from)
+		require.Equal(t, s.Chat, res.Chat, "the bundle's snapshot is the committed row")
+	}
+
+	// A bundle that reserves an ID and queues its message inserts no
+	// history; the next message takes a greater ID.
+	id := h.reach(chatstate.R0, 0, false)
+	send := func() chatstate.SendMessageResult {
+		var sent chatstate.SendMessageResult
+		_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+			var err error
+			sent, err = tx.SendMessage(h.ctx, chatstate.UserMessage(text("later")), chatstate.BusyQueue)
+			return err
+		}, chatstate.WithMessageID())
+		require.NoError(t, err)
+		return sent
+	}
+	require.True(t, send().Queued)
+	before, err := queries.New(h.pool).ChatMessageListActive(h.ctx, id)
+	require.NoError(t, err)
+	h.do(id, func(tx *chatstate.Tx) error { _, err := tx.FinishTurn(h.ctx); return err })
+	after, err := queries.New(h.pool).ChatMessageListActive(h.ctx, id)
+	require.NoError(t, err)
+	require.Len(t, after, len(before)+1, "the queued message was promoted")
+	require.Greater(t, after[len(after)-1].ID, before[len(before)-1].ID)
+}
+
+// TestHeldTurnStartThatFailsAtTheCommit: when the held insert fails at the
+// commit (a trigger refuses it), the bundle fails with its error, nothing
+// of it is written, and the chat takes the next message.
+func TestHeldTurnStartThatFailsAtTheCommit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.reach(chatstate.W, 0, false)
+	_, err := h.pool.Exec(h.ctx, `
+CREATE FUNCTION refuse_message() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.content::text LIKE '%refuse me%' THEN RAISE EXCEPTION 'message refused for the test'; END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_message BEFORE INSERT ON chat_messages FOR EACH ROW EXECUTE FUNCTION refuse_message();`)
+	require.NoError(t, err)
+	before, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	_, err = h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("refuse me")), chatstate.BusyQueue)
+		return err
+	}, chatstate.WithMessageID())
+	require.ErrorContains(t, err, "start a turn in chat")
+	require.ErrorContains(t, err, "message refused for the test")
+	after, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, before.Chat, after.Chat, "nothing of the bundle was written")
+	require.Zero(t, h.pool.Stat().AcquiredConns(), "the failed bundle gave its connection back")
+
+	_, err = h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("accept me")), chatstate.BusyQueue)
+		return err
+	}, chatstate.WithMessageID())
+	require.NoError(t, err)
+	s, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, chatstate.R0, s.State())
+}

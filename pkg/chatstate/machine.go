@@ -272,6 +272,15 @@ func WithRead(call func(*queries.Queries)) BundleOption {
 	return func(o *queries.BundleOpening) { o.Reads = append(o.Reads, call) }
 }
 
+// WithMessageID reserves a message ID with the lock, for a bundle that
+// starts a turn with a user message (the api's SendMessage): the message's
+// insert and the execution write then go with the COMMIT (holdTurnStart).
+// A bundle that inserts nothing leaves a gap in the IDs, as a rolled-back
+// insert does.
+func WithMessageID() BundleOption {
+	return func(o *queries.BundleOpening) { o.ReserveMessageID = true }
+}
+
 // lock opens a bundle on one chat: the row lock and the snapshot bump.
 func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID, opts ...BundleOption) (*Tx, error) {
 	q := queries.New(ptx)
@@ -300,6 +309,9 @@ func (m *Machine) lock(ctx context.Context, ptx pgx.Tx, id uuid.UUID, opts ...Bu
 	tx.q = queries.New(&bundleConn{ptx: ptx, tx: tx}) // sends a held write first (held_write.go)
 	if o.ReadMessages {
 		tx.prefetched = &prefetchedHistory{base: base, rows: o.Messages}
+	}
+	if o.ReserveMessageID {
+		tx.reservedMessageID = &o.MessageID
 	}
 	if o.ReadOpenToolCalls {
 		tx.openCalls, tx.openRead = make([]OpenToolCall, len(o.OpenToolCalls)), true
@@ -351,6 +363,10 @@ type Tx struct {
 	// prefetched is the history read with the lock (WithActiveMessages),
 	// for the bundle's first reading of it if nothing wrote history before.
 	prefetched *prefetchedHistory
+	// reservedMessageID is the message ID taken with the lock
+	// (WithMessageID) until a held insert uses it or the bundle inserts
+	// another message first.
+	reservedMessageID *int64
 	// freshRunner is the runner whose heartbeat this bundle inserted
 	// (Acquire): its lease is fresh by construction.
 	freshRunner *uuid.UUID
@@ -363,10 +379,13 @@ func (tx *Tx) setChat(row queries.Chat) {
 }
 
 // wroteHistory notes a write to chat_messages: its trigger moved the chat
-// row's history_version, and the open tool calls may have changed.
+// row's history_version, and the open tool calls may have changed. A
+// message ID reserved with the lock is no longer greater than every
+// message of the chat, so it is dropped.
 func (tx *Tx) wroteHistory() {
 	tx.rowFresh, tx.historyWritten = false, true
 	tx.openRead, tx.openCalls = false, nil
+	tx.reservedMessageID = nil
 }
 
 // wroteQueue notes a write to the queue: its trigger moved the chat row's

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -188,6 +189,9 @@ func (tx *Tx) startTurn(ctx context.Context, m NewMessage, reason string, e exec
 	if err := m.validate(); err != nil {
 		return queries.ChatMessage{}, err
 	}
+	if tx.reservedMessageID != nil && tx.canHold() {
+		return tx.holdTurnStart(ctx, m, e), nil
+	}
 	tx.wroteHistory()
 	row, chat, err := tx.q.ChatMessageInsertAndSetExecution(ctx, tx.insertParams(m, nil), tx.executionParams(e))
 	if err != nil {
@@ -195,6 +199,76 @@ func (tx *Tx) startTurn(ctx context.Context, m NewMessage, reason string, e exec
 	}
 	tx.setChat(chat)
 	return row, nil
+}
+
+// holdTurnStart is startTurn's insert and execution write held for the
+// commit (held_write.go), the message under the ID the bundle reserved
+// with its lock (WithMessageID): the api's SendMessage then commits in two
+// round trips, where it took three, on the way to a turn's first part.
+// The message and the chat row are predicted exactly (the chat is locked;
+// the triggers' rules are predictTurnStart's); the caller has the
+// predicted message.
+func (tx *Tx) holdTurnStart(ctx context.Context, m NewMessage, e execution) queries.ChatMessage {
+	id := *tx.reservedMessageID
+	tx.reservedMessageID = nil
+	ins, exec := tx.insertParams(m, nil), tx.executionParams(e)
+	insert := queries.ChatMessageInsertWithIDParams{
+		ID: id, ChatID: ins.ChatID, Role: ins.Role, Content: ins.Content, Visibility: ins.Visibility,
+		Compressed: ins.Compressed, QueuedMessageID: ins.QueuedMessageID, ModelConfigID: ins.ModelConfigID,
+		ReasoningEffort: ins.ReasoningEffort, Usage: ins.Usage, CreatedBy: ins.CreatedBy, CreatedAt: ins.CreatedAt,
+		TurnID: ins.TurnID,
+	}
+	// The row as the insert leaves it: its revision is the snapshot's
+	// (set_chat_message_revision), its time as Postgres stores it.
+	msg := queries.ChatMessage{
+		ID: id, ChatID: ins.ChatID, Role: ins.Role, Content: ins.Content, Visibility: ins.Visibility,
+		Compressed: ins.Compressed, QueuedMessageID: ins.QueuedMessageID, Revision: tx.chat.SnapshotVersion,
+		ModelConfigID: ins.ModelConfigID, ReasoningEffort: ins.ReasoningEffort, Usage: ins.Usage,
+		CreatedBy: ins.CreatedBy, CreatedAt: ins.CreatedAt.Truncate(time.Microsecond), TurnID: ins.TurnID,
+	}
+	held := &heldInsert{predicted: msg, write: func(q *queries.Queries) (queries.ChatMessage, error) {
+		return q.ChatMessageInsertWithID(ctx, insert)
+	}}
+	// History is written once the held insert is sent: what the bundle
+	// reads of it from here on is not committed (HistoryCache), and the
+	// open tool calls are read again.
+	tx.historyWritten, tx.openRead, tx.openCalls = true, false, nil
+	tx.hold(fmt.Sprintf("start a turn in chat %s", tx.chat.ID), predictTurnStart(tx.chat, exec),
+		func(q *queries.Queries) (queries.Chat, error) { return q.ChatSetExecution(ctx, exec) })
+	tx.held[len(tx.held)-1].insert = held
+	return msg
+}
+
+// predictTurnStart is the chat row c as a turn's user message insert and
+// the execution write p after it leave it: the insert's revision trigger
+// moves history_version to the snapshot's and restarts the attempt count,
+// the retry trigger drops a retry payload when the attempt changes or the
+// status stops running (stamping its version with the snapshot's), and
+// ChatSetExecution writes the rest.
+func predictTurnStart(c queries.Chat, p queries.ChatSetExecutionParams) queries.Chat {
+	dropRetry := func() {
+		if c.RetryState != nil {
+			c.RetryState, c.RetryStateVersion = nil, c.SnapshotVersion
+		}
+	}
+	c.HistoryVersion = c.SnapshotVersion
+	if c.GenerationAttempt != 0 {
+		c.GenerationAttempt = 0
+		dropRetry()
+	}
+	c.Status, c.LastError = p.Status, p.LastError
+	if p.Status != StatusRunning {
+		dropRetry()
+	}
+	c.RequiresActionDeadlineAt, c.CompactionRequestedAt = p.RequiresActionDeadlineAt, p.CompactionRequestedAt
+	if p.ModelConfigID != nil {
+		c.LastModelConfigID = p.ModelConfigID
+	}
+	if p.ReasoningEffort != nil {
+		c.LastReasoningEffort = p.ReasoningEffort
+	}
+	c.UpdatedAt = p.Now.Truncate(time.Microsecond)
+	return c
 }
 
 // promote moves queued message q into history as a user turn. The queue row

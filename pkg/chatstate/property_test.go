@@ -122,6 +122,10 @@ func step(rt *rapid.T, h *harness, id uuid.UUID, model *refModel, ops []op, cov 
 	if rapid.Bool().Draw(rt, "withActiveMessages") {
 		h.opts = append(h.opts, chatstate.WithActiveMessages())
 	}
+	if rapid.Bool().Draw(rt, "withMessageID") {
+		// A message starting a turn goes with the COMMIT (holdTurnStart).
+		h.opts = append(h.opts, chatstate.WithMessageID())
+	}
 	ids := make([]int64, 1)
 	if len(ops) == 1 {
 		want = model.predict(ops[0])

@@ -2,6 +2,8 @@ package dbtest
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -67,3 +69,52 @@ func (r *RoundTrips) TraceBatchStart(ctx context.Context, conn *pgx.Conn, data p
 
 func (r *RoundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
 func (r *RoundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// Transactions groups the round trips recorded so far into each
+// connection's finished transactions, each round trip named as a
+// statement's sqlc name or a batch's "batch:" and its statements'; all is
+// every statement's name, in or out of a transaction.
+func (r *RoundTrips) Transactions() (done [][]string, all []string) {
+	open := map[*pgx.Conn][]string{}
+	for _, trip := range r.Recorded() {
+		all = append(all, trip.Names...)
+		label := trip.Names[0]
+		if trip.Batch {
+			label = "batch: " + strings.Join(trip.Names, " ")
+		}
+		first, last := trip.Names[0], trip.Names[len(trip.Names)-1]
+		if first == "begin" {
+			open[trip.Conn] = nil
+		}
+		trips, ok := open[trip.Conn]
+		if !ok {
+			continue // outside a transaction
+		}
+		open[trip.Conn] = append(trips, label)
+		if last == "commit" || last == "rollback" { // alone, or a bundle's last batch
+			done = append(done, open[trip.Conn])
+			delete(open, trip.Conn)
+		}
+	}
+	return done, all
+}
+
+// Bundle returns the round trips (Transactions' names) of the last
+// finished transaction that ran statement, alone or in a batch.
+func (r *RoundTrips) Bundle(statement string) []string {
+	done, _ := r.Transactions()
+	for _, trips := range slices.Backward(done) {
+		for _, trip := range trips {
+			if trip == statement || slices.Contains(strings.Fields(trip), statement) {
+				return trips
+			}
+		}
+	}
+	return nil
+}
+
+// Ran reports whether any statement named name ran.
+func (r *RoundTrips) Ran(name string) bool {
+	_, all := r.Transactions()
+	return slices.Contains(all, name)
+}

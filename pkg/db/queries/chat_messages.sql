@@ -8,6 +8,24 @@ INSERT INTO chat_messages (
 )
 RETURNING *;
 
+-- name: ChatMessageReserveID :one
+-- Takes the next message ID ahead of the insert, for a bundle that sends
+-- its insert with the COMMIT (chatstate: a turn's user message). Taken
+-- under the chat's lock, it is greater than every message ID the chat
+-- holds, like one the insert would take.
+SELECT nextval(pg_get_serial_sequence('chat_messages', 'id'))::bigint AS id;
+
+-- name: ChatMessageInsertWithID :one
+-- ChatMessageInsert with an ID taken by ChatMessageReserveID.
+INSERT INTO chat_messages (
+    id, chat_id, role, content, visibility, compressed, queued_message_id,
+    model_config_id, reasoning_effort, usage, created_by, created_at, turn_id
+) OVERRIDING SYSTEM VALUE VALUES (
+    @id, @chat_id, @role, @content, @visibility, @compressed, @queued_message_id,
+    @model_config_id, @reasoning_effort, @usage, @created_by, @created_at, @turn_id
+)
+RETURNING *;
+
 -- name: ChatMessageGet :one
 SELECT * FROM chat_messages WHERE chat_id = @chat_id AND id = @id;
 

@@ -107,6 +107,71 @@ func (q *Queries) ChatMessageInsert(ctx context.Context, arg ChatMessageInsertPa
 	return i, err
 }
 
+const chatMessageInsertWithID = `-- name: ChatMessageInsertWithID :one
+INSERT INTO chat_messages (
+    id, chat_id, role, content, visibility, compressed, queued_message_id,
+    model_config_id, reasoning_effort, usage, created_by, created_at, turn_id
+) OVERRIDING SYSTEM VALUE VALUES (
+    $1, $2, $3, $4, $5, $6, $7,
+    $8, $9, $10, $11, $12, $13
+)
+RETURNING id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id
+`
+
+type ChatMessageInsertWithIDParams struct {
+	ID              int64
+	ChatID          uuid.UUID
+	Role            ChatMessageRole
+	Content         json.RawMessage
+	Visibility      ChatMessageVisibility
+	Compressed      bool
+	QueuedMessageID *int64
+	ModelConfigID   *uuid.UUID
+	ReasoningEffort *string
+	Usage           json.RawMessage
+	CreatedBy       *uuid.UUID
+	CreatedAt       time.Time
+	TurnID          *uuid.UUID
+}
+
+// ChatMessageInsert with an ID taken by ChatMessageReserveID.
+func (q *Queries) ChatMessageInsertWithID(ctx context.Context, arg ChatMessageInsertWithIDParams) (ChatMessage, error) {
+	row := q.db.QueryRow(ctx, chatMessageInsertWithID,
+		arg.ID,
+		arg.ChatID,
+		arg.Role,
+		arg.Content,
+		arg.Visibility,
+		arg.Compressed,
+		arg.QueuedMessageID,
+		arg.ModelConfigID,
+		arg.ReasoningEffort,
+		arg.Usage,
+		arg.CreatedBy,
+		arg.CreatedAt,
+		arg.TurnID,
+	)
+	var i ChatMessage
+	err := row.Scan(
+		&i.ID,
+		&i.ChatID,
+		&i.Role,
+		&i.Content,
+		&i.Visibility,
+		&i.Compressed,
+		&i.Deleted,
+		&i.QueuedMessageID,
+		&i.Revision,
+		&i.ModelConfigID,
+		&i.ReasoningEffort,
+		&i.Usage,
+		&i.CreatedBy,
+		&i.CreatedAt,
+		&i.TurnID,
+	)
+	return i, err
+}
+
 const chatMessageListActive = `-- name: ChatMessageListActive :many
 SELECT id, chat_id, role, content, visibility, compressed, deleted, queued_message_id, revision, model_config_id, reasoning_effort, usage, created_by, created_at, turn_id FROM chat_messages WHERE chat_id = $1 AND NOT deleted ORDER BY id
 `
@@ -436,6 +501,21 @@ func (q *Queries) ChatMessagePageBefore(ctx context.Context, arg ChatMessagePage
 		return nil, err
 	}
 	return items, nil
+}
+
+const chatMessageReserveID = `-- name: ChatMessageReserveID :one
+SELECT nextval(pg_get_serial_sequence('chat_messages', 'id'))::bigint AS id
+`
+
+// Takes the next message ID ahead of the insert, for a bundle that sends
+// its insert with the COMMIT (chatstate: a turn's user message). Taken
+// under the chat's lock, it is greater than every message ID the chat
+// holds, like one the insert would take.
+func (q *Queries) ChatMessageReserveID(ctx context.Context) (int64, error) {
+	row := q.db.QueryRow(ctx, chatMessageReserveID)
+	var id int64
+	err := row.Scan(&id)
+	return id, err
 }
 
 const chatMessageSoftDeleteFrom = `-- name: ChatMessageSoftDeleteFrom :execrows

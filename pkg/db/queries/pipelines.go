@@ -143,6 +143,9 @@ type BundleOpening struct {
 	// after that history version (ChatMessageListChangedSince).
 	ReadMessages  bool
 	MessagesSince *int64
+	// ReserveMessageID asks for MessageID: the next message ID, taken
+	// with the lock (ChatMessageReserveID).
+	ReserveMessageID bool
 
 	// Reads are more calls for the same round trip, after the others
 	// (Pipeline's rules): what the caller reads about the chat it locks.
@@ -152,6 +155,7 @@ type BundleOpening struct {
 	Queue         ChatQueueLenAndNowRow
 	OpenToolCalls []ChatMessageOpenToolCallsRow
 	Messages      []ChatMessage
+	MessageID     int64
 }
 
 // OpenBundle opens a transition bundle in one round trip (Pipeline):
@@ -162,7 +166,7 @@ type BundleOpening struct {
 // to a turn's first part opens with it. A chat that does not exist is
 // pgx.ErrNoRows.
 func OpenBundle(ctx context.Context, tx pgx.Tx, id uuid.UUID, o *BundleOpening) error {
-	var lockErr, queueErr, openErr, msgsErr error
+	var lockErr, queueErr, openErr, msgsErr, idErr error
 	calls := []func(*Queries){
 		func(q *Queries) { o.Chat, lockErr = q.ChatLockAndBump(ctx, id) },
 		func(q *Queries) { o.Queue, queueErr = q.ChatQueueLenAndNow(ctx, id) },
@@ -179,6 +183,9 @@ func OpenBundle(ctx context.Context, tx pgx.Tx, id uuid.UUID, o *BundleOpening) 
 	case o.ReadMessages:
 		calls = append(calls, func(q *Queries) { o.Messages, msgsErr = q.ChatMessageListActive(ctx, id) })
 	}
+	if o.ReserveMessageID {
+		calls = append(calls, func(q *Queries) { o.MessageID, idErr = q.ChatMessageReserveID(ctx) })
+	}
 	err := New(tx).Pipeline(ctx, append(calls, o.Reads...)...)
 	switch {
 	case lockErr != nil:
@@ -189,6 +196,8 @@ func OpenBundle(ctx context.Context, tx pgx.Tx, id uuid.UUID, o *BundleOpening) 
 		return fmt.Errorf("find open tool calls: %w", openErr)
 	case msgsErr != nil:
 		return fmt.Errorf("list messages: %w", msgsErr)
+	case idErr != nil:
+		return fmt.Errorf("reserve a message id: %w", idErr)
 	case err != nil:
 		return fmt.Errorf("read with the lock: %w", err) // one of o.Reads
 	}

@@ -1,12 +1,10 @@
 package workerserver
 
 import (
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/multitracer"
 	"github.com/stretchr/testify/require"
 
@@ -15,55 +13,6 @@ import (
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
 )
-
-// transactions groups the round trips rec recorded into each connection's
-// finished transactions, each round trip named as a statement's sqlc name
-// or a batch's "batch:" and its statements'; all is every statement's
-// name, in or out of a transaction.
-func transactions(rec *dbtest.RoundTrips) (done [][]string, all []string) {
-	open := map[*pgx.Conn][]string{}
-	for _, trip := range rec.Recorded() {
-		all = append(all, trip.Names...)
-		label := trip.Names[0]
-		if trip.Batch {
-			label = "batch: " + strings.Join(trip.Names, " ")
-		}
-		first, last := trip.Names[0], trip.Names[len(trip.Names)-1]
-		if first == "begin" {
-			open[trip.Conn] = nil
-		}
-		trips, ok := open[trip.Conn]
-		if !ok {
-			continue // outside a transaction
-		}
-		open[trip.Conn] = append(trips, label)
-		if last == "commit" || last == "rollback" { // alone, or a bundle's last batch
-			done = append(done, open[trip.Conn])
-			delete(open, trip.Conn)
-		}
-	}
-	return done, all
-}
-
-// bundle returns the round trips of the last finished transaction that
-// ran statement, alone or in a batch.
-func bundle(rec *dbtest.RoundTrips, statement string) []string {
-	done, _ := transactions(rec)
-	for _, trips := range slices.Backward(done) {
-		for _, trip := range trips {
-			if trip == statement || slices.Contains(strings.Fields(trip), statement) {
-				return trips
-			}
-		}
-	}
-	return nil
-}
-
-// ran reports whether any statement named name ran.
-func ran(rec *dbtest.RoundTrips, name string) bool {
-	_, all := transactions(rec)
-	return slices.Contains(all, name)
-}
 
 // TestAcquireBundleRoundTrips: the worker's Acquire bundle of a chat with
 // a model config, which also decides the first step, costs two round
@@ -95,7 +44,7 @@ func TestAcquireBundleRoundTrips(t *testing.T) {
 	}
 	check := func(turn string) {
 		t.Helper()
-		trips := bundle(rec, "ChatSetOwnerWithHeartbeat")
+		trips := rec.Bundle("ChatSetOwnerWithHeartbeat")
 		require.Len(t, trips, 2, "%s: round trips %q", turn, trips)
 		require.True(t, strings.HasPrefix(trips[0], "batch: begin ChatLockAndBump "), "%s: the first batch carries the BEGIN and the lock: %q", turn, trips[0])
 		for _, read := range []string{"ChatStepModelConfigGetWithProvider", "ChatStepUserCompactionThresholdGet", "ChatStepOrganizationModelOverrideGet", "ChatStepMCPServerListEnabled"} {
@@ -103,7 +52,7 @@ func TestAcquireBundleRoundTrips(t *testing.T) {
 		}
 		require.Equal(t, "batch: ChatSetOwnerWithHeartbeat ChatIncrementGenerationAttempt commit", trips[1], turn)
 		for _, byID := range []string{"ChatModelConfigGetWithProvider", "ChatModelConfigGetDefault", "ChatUserCompactionThresholdGet", "ChatOrganizationModelOverrideGet", "MCPServerListEnabled"} {
-			require.False(t, ran(rec, byID), "%s: %s read again by ID", turn, byID)
+			require.False(t, rec.Ran(byID), "%s: %s read again by ID", turn, byID)
 		}
 	}
 	idle()

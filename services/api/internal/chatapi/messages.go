@@ -186,7 +186,10 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 			return nil
 		}
 		return recordRequest(ctx, tx.Queries(), c, kindSendMessage, requestID, tx.Chat().ID, hash, resp)
-	}, chatstate.WithOpenToolCalls()) // a user message answers open calls first
+	},
+		chatstate.WithOpenToolCalls(), // a user message answers open calls first
+		chatstate.WithMessageID(),     // ... and goes with the COMMIT when it starts a turn
+	)
 	var stored chatdv1.SendMessageResponse
 	if ok, derr := replay(err, &stored); ok {
 		if derr != nil {
