@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"fmt"
 	"log/slog"
 
 	"github.com/google/uuid"
@@ -53,4 +54,18 @@ func SubscribeOwnership(nc *nats.Conn, fn func(*chatdv1.OwnershipNotification)) 
 		}
 		fn(n)
 	})
+}
+
+// Updates subscribes to chats' update notifications on NC one chat at a
+// time, for a caller that follows a changing set of chats (the relay's
+// anticipation).
+type Updates struct{ NC *nats.Conn }
+
+// SubscribeUpdates is SubscribeUpdates on u.NC; stop unsubscribes.
+func (u Updates) SubscribeUpdates(chatID uuid.UUID, fn func(*chatdv1.ChatUpdateNotification)) (stop func(), err error) {
+	sub, err := SubscribeUpdates(u.NC, chatID, fn)
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to %s: %w", UpdateSubject(chatID), err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
 }
