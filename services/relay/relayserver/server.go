@@ -119,4 +119,3 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		},
 	})
 }
-
