@@ -54,14 +54,6 @@ func UpdateFromSnapshot(s chatstate.Snapshot) *chatdv1.ChatUpdateNotification {
 	return n
 }
 
-// RunningEpisode reports whether n names an episode that is generating: a
-// running chat whose owner has recorded a generation attempt (a worker's
-// Acquire bundle records its first), so its parts may be flowing; the
-// episode is (history_version, generation_attempt) on worker_id.
-func RunningEpisode(n *chatdv1.ChatUpdateNotification) bool {
-	return n.WorkerId != nil && n.GenerationAttempt > 0 && n.Status == string(chatstate.StatusRunning)
-}
-
 // OwnershipFromSnapshot builds the chat:ownership payload for the snapshot's
 // chat.
 func OwnershipFromSnapshot(s chatstate.Snapshot) *chatdv1.OwnershipNotification {

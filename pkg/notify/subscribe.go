@@ -1,7 +1,6 @@
 package notify
 
 import (
-	"fmt"
 	"log/slog"
 
 	"github.com/google/uuid"
@@ -54,18 +53,4 @@ func SubscribeOwnership(nc *nats.Conn, fn func(*chatdv1.OwnershipNotification)) 
 		}
 		fn(n)
 	})
-}
-
-// Updates subscribes to chats' update notifications on NC one chat at a
-// time, for a caller that follows a changing set of chats (the relay's
-// anticipation).
-type Updates struct{ NC *nats.Conn }
-
-// SubscribeUpdates is SubscribeUpdates on u.NC; stop unsubscribes.
-func (u Updates) SubscribeUpdates(chatID uuid.UUID, fn func(*chatdv1.ChatUpdateNotification)) (stop func(), err error) {
-	sub, err := SubscribeUpdates(u.NC, chatID, fn)
-	if err != nil {
-		return nil, fmt.Errorf("subscribe to %s: %w", UpdateSubject(chatID), err)
-	}
-	return func() { _ = sub.Unsubscribe() }, nil
 }

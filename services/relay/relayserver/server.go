@@ -10,7 +10,6 @@ import (
 
 	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/queries"
-	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/services/relay/internal/relay"
@@ -81,16 +80,8 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	defer pool.Close()
 
-	// Notifications only give the relay a head start on an episode's
-	// upstream (anticipate.go): without NATS it opens upstreams on
-	// control messages, as it always did.
-	nc, err := notify.Connect(cfg.NATSURL, "chatd-relay")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	srv := relay.New(relay.Options{Resolver: relay.DBResolver{Q: queries.New(pool)}, Logger: log,
-		DialOptions: cfg.Embedded.DialOptions, Notifications: notify.Updates{NC: nc}})
+		DialOptions: cfg.Embedded.DialOptions})
 	if err := telemetry.ObserveGauge(tel.MeterProvider, telemetry.MetricRelayUpstreams,
 		"Upstream PartsService streams to workers the relay holds open.", func() int64 { return int64(srv.Upstreams()) }); err != nil {
 		return err

@@ -43,7 +43,6 @@
 package relay
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -54,7 +53,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -113,23 +111,6 @@ type Options struct {
 	// a worker sending more fails the upstream (RESOURCE_EXHAUSTED to its
 	// subscribers). Default: DefaultMaxEpisodeBytes.
 	MaxEpisodeBytes int
-
-	// Notifications, when set, lets the relay open the upstream of a chat
-	// it served lately as soon as the chat's notification announces an
-	// episode (anticipate.go). Nil: upstreams open on control messages
-	// only.
-	Notifications Notifications
-	// WatchLinger is how long a chat stays watched after its last
-	// subscriber left. Default: DefaultWatchLinger.
-	WatchLinger time.Duration
-	// AnticipationHold bounds how long an anticipated upstream is held.
-	// Default: DefaultAnticipationHold.
-	AnticipationHold time.Duration
-	// MaxWatchedChats caps the chats watched at once. Default:
-	// DefaultMaxWatchedChats.
-	MaxWatchedChats int
-	// Clock times the watches and holds. Default: the real clock.
-	Clock clockwork.Clock
 }
 
 // DefaultMaxEpisodeBytes is four times the worker part buffer's default
@@ -160,16 +141,6 @@ type Server struct {
 	// is fine, the episode's data was not. SweepWorkers drops the entries
 	// of workers that left the registry or moved (workers.go).
 	workers map[uuid.UUID]cachedWorker
-
-	// Anticipation (anticipate.go).
-	notes         Notifications
-	clock         clockwork.Clock
-	watchLinger   time.Duration
-	holdFor       time.Duration
-	maxWatched    int
-	watchMu       sync.Mutex
-	watched       map[uuid.UUID]*watch
-	watchesClosed bool
 }
 
 // New returns a Server.
@@ -184,19 +155,13 @@ func New(opts Options) *Server {
 	}
 	dial := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts.DialOptions...)
 	return &Server{
-		resolver:    opts.Resolver,
-		dialOpts:    dial,
-		log:         log.With("component", "relay"),
-		maxBytes:    maxBytes,
-		closing:     make(chan struct{}),
-		upstreams:   make(map[key]*upstream),
-		workers:     make(map[uuid.UUID]cachedWorker),
-		notes:       opts.Notifications,
-		clock:       cmp.Or[clockwork.Clock](opts.Clock, clockwork.NewRealClock()),
-		watchLinger: cmp.Or(opts.WatchLinger, DefaultWatchLinger),
-		holdFor:     cmp.Or(opts.AnticipationHold, DefaultAnticipationHold),
-		maxWatched:  cmp.Or(opts.MaxWatchedChats, DefaultMaxWatchedChats),
-		watched:     make(map[uuid.UUID]*watch),
+		resolver:  opts.Resolver,
+		dialOpts:  dial,
+		log:       log.With("component", "relay"),
+		maxBytes:  maxBytes,
+		closing:   make(chan struct{}),
+		upstreams: make(map[key]*upstream),
+		workers:   make(map[uuid.UUID]cachedWorker),
 	}
 }
 
@@ -211,7 +176,6 @@ func (s *Server) Register(g grpc.ServiceRegistrar) {
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
 		close(s.closing)
-		s.closeWatches()
 		s.mu.Lock()
 		for w, c := range s.workers {
 			_ = c.cc.Close()
@@ -497,7 +461,6 @@ func (s *Server) StreamParts(stream chatdv1.RelayService_StreamPartsServer) erro
 		if sub.up != nil {
 			s.release(sub.up)
 		}
-		s.unwatch(sub.watch)
 	}()
 	for {
 		sel, eof, err := ctl.Take()
@@ -548,10 +511,6 @@ func (s *Server) StreamParts(stream chatdv1.RelayService_StreamPartsServer) erro
 
 // subscriber is one call's state, owned by its handler.
 type subscriber struct {
-	// watching is the chat of the call's last control message; watch its
-	// share of the chat's anticipation (nil: not watched).
-	watching   uuid.UUID
-	watch      *watch
 	up         *upstream
 	ep         episode
 	cursor     int64 // last seq sent (or after_seq)
@@ -562,10 +521,6 @@ type subscriber struct {
 // select an episode on the current one.
 func (s *Server) apply(ctx context.Context, sub *subscriber, sel selection) error {
 	timeline.Mark("relay.control")
-	if sub.watching != sel.chat {
-		s.unwatch(sub.watch)
-		sub.watching, sub.watch = sel.chat, s.watchChat(sel.chat)
-	}
 	if sel.worker == uuid.Nil {
 		if sub.up != nil {
 			s.release(sub.up)

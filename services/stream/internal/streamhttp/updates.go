@@ -164,7 +164,7 @@ func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 	// An episode starting closes the window at once: its parts follow
 	// right behind, and the loops pick up the ones already in the part
 	// hub's log as they send the status.
-	starts := notify.RunningEpisode(n)
+	starts := runningEpisode(n)
 	cu.mu.Lock()
 	defer cu.mu.Unlock()
 	if cu.pending != nil {
@@ -182,6 +182,11 @@ func (cu *chatUpdates) deliver(n *chatdv1.ChatUpdateNotification) {
 		return
 	}
 	cu.closer = time.AfterFunc(cu.window, cu.closeWindow)
+}
+
+// runningEpisode reports whether n names a running episode.
+func runningEpisode(n *chatdv1.ChatUpdateNotification) bool {
+	return n.WorkerId != nil && n.GenerationAttempt > 0 && n.Status == string(queries.ChatStatusRunning)
 }
 
 // closeWindow fans out the newest notification of the window that closed.
@@ -234,7 +239,7 @@ func (cu *chatUpdates) anticipateEpisode(n *chatdv1.ChatUpdateNotification, h st
 		return
 	}
 	var next Anticipation
-	if h.WorkerID != nil && notify.RunningEpisode(n) {
+	if h.WorkerID != nil && runningEpisode(n) {
 		next = cu.anticipate(context.Background(), cu.chatID, streamloop.Episode{
 			WorkerID: h.WorkerID, HistoryVersion: n.HistoryVersion, GenerationAttempt: n.GenerationAttempt,
 		})
