@@ -22,10 +22,21 @@ const transitionsPerCycle = 6
 // SendMessage; the worker's Acquire with its first RecordGenerationAttempt;
 // its CommitStep with FinishTurn and Abandon.
 func cycle(h *harness, id uuid.UUID) error {
+	return cycleSending(h, id, chatstate.WithOpenToolCalls(), chatstate.WithMessageID())
+}
+
+// cycleSendUnheld is cycle with the message's insert and execution write
+// in a round trip of their own, before the COMMIT.
+func cycleSendUnheld(h *harness, id uuid.UUID) error {
+	return cycleSending(h, id, chatstate.WithOpenToolCalls())
+}
+
+// cycleSending is cycle with SendMessage's bundle opened with sendOpts.
+func cycleSending(h *harness, id uuid.UUID, sendOpts ...chatstate.BundleOption) error {
 	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
 		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("benchmark prompt")), chatstate.BusyQueue)
 		return err
-	}); err != nil {
+	}, sendOpts...); err != nil {
 		return err
 	}
 	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
@@ -101,6 +112,10 @@ func BenchmarkCycle1000Chats16Clients(b *testing.B) { benchCycles(b, cycle) }
 // BenchmarkCycle1000Chats16ClientsUnbundled is the baseline of
 // BenchmarkCycle1000Chats16Clients: six bundles per turn instead of three.
 func BenchmarkCycle1000Chats16ClientsUnbundled(b *testing.B) { benchCycles(b, cycleUnbundled) }
+
+// BenchmarkCycle1000Chats16ClientsSendUnheld is BenchmarkCycle1000Chats16Clients
+// with the api's message sent before its COMMIT, in a round trip of its own.
+func BenchmarkCycle1000Chats16ClientsSendUnheld(b *testing.B) { benchCycles(b, cycleSendUnheld) }
 
 func benchCycles(b *testing.B, cycle func(*harness, uuid.UUID) error) {
 	const chats, clients = 1000, 16
