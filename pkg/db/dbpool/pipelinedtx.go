@@ -28,8 +28,16 @@ import (
 // end.
 func BeginPipelined(pool *pgxpool.Pool) pgx.Tx { return &pipelinedTx{pool: pool} }
 
+// BeginPipelinedTx is BeginPipelined with opts for the BEGIN (a stream's
+// REPEATABLE READ, READ ONLY read, whose statements and COMMIT then go as
+// one round trip with queries.CommitPipeline).
+func BeginPipelinedTx(pool *pgxpool.Pool, opts pgx.TxOptions) pgx.Tx {
+	return &pipelinedTx{pool: pool, opts: opts}
+}
+
 type pipelinedTx struct {
 	pool  *pgxpool.Pool
+	opts  pgx.TxOptions
 	conn  *pgxpool.Conn // nil until the first statement, and again once released
 	tx    pgx.Tx        // conn's transaction; nil until the first statement
 	ended bool          // over, or ended before any statement: nothing more runs
@@ -48,7 +56,7 @@ func (t *pipelinedTx) begun(ctx context.Context) (pgx.Tx, error) {
 	if err != nil {
 		return nil, err
 	}
-	tx, err := conn.Begin(ctx)
+	tx, err := conn.BeginTx(ctx, t.opts)
 	if err != nil {
 		conn.Release()
 		return nil, err
@@ -68,7 +76,7 @@ func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResu
 		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
 	withBegin := &pgx.Batch{}
-	withBegin.BeginTx(pgx.TxOptions{})
+	withBegin.BeginTx(t.opts)
 	withBegin.QueuedQueries = append(withBegin.QueuedQueries, b.QueuedQueries...)
 	conn, err := t.pool.Acquire(ctx)
 	if err != nil {

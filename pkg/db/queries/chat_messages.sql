@@ -76,6 +76,54 @@ FROM calls
 WHERE NOT EXISTS (SELECT 1 FROM results WHERE results.tool_call_id = calls.tool_call_id)
 ORDER BY calls.message_id, calls.ord;
 
+-- name: ChatMessageOpenToolCallsIfAction :many
+-- ChatMessageOpenToolCalls with each call's arguments, when the chat waits
+-- in requires_action on a history newer than @seen_history, and no row
+-- otherwise: a stream's read sends it beside the chat's own read, in the
+-- same snapshot, before it knows the status.
+WITH tail AS (
+    SELECT m.id, m.role, m.content
+    FROM chat_messages m
+    WHERE m.chat_id = @chat_id
+      AND NOT m.deleted
+      AND m.id > COALESCE((
+          SELECT max(u.id) FROM chat_messages u
+          WHERE u.chat_id = @chat_id AND NOT u.deleted AND u.role = 'user'
+      ), 0)
+      AND EXISTS (
+          SELECT 1 FROM chats c
+          WHERE c.id = @chat_id AND c.status = 'requires_action' AND c.history_version > @seen_history
+      )
+),
+calls AS (
+    SELECT t.id AS message_id, p.ord, p.part->>'tool_call_id' AS tool_call_id, p.part->>'tool_name' AS tool_name,
+        p.part->'args' AS args
+    FROM tail t, jsonb_array_elements(t.content) WITH ORDINALITY AS p(part, ord)
+    WHERE t.role = 'assistant' AND p.part->>'type' = 'tool-call'
+),
+results AS (
+    SELECT r.part->>'tool_call_id' AS tool_call_id
+    FROM tail t, jsonb_array_elements(t.content) AS r(part)
+    WHERE t.role = 'tool' AND r.part->>'type' = 'tool-result'
+)
+SELECT calls.message_id, calls.tool_call_id::text AS tool_call_id, calls.tool_name::text AS tool_name, calls.args::jsonb AS args
+FROM calls
+WHERE NOT EXISTS (SELECT 1 FROM results WHERE results.tool_call_id = calls.tool_call_id)
+ORDER BY calls.message_id, calls.ord;
+
+-- name: ChatMessageListVisibleIfDeletedSince :many
+-- The transcript a user sees (ChatMessageListVisible) when a message was
+-- deleted after history version @since, and no row otherwise: a stream's
+-- read sends it beside the changed rows, in the same snapshot, for the
+-- full refresh a deletion calls for.
+SELECT m.* FROM chat_messages m
+WHERE m.chat_id = @chat_id AND NOT m.deleted AND m.visibility <> 'model'
+  AND EXISTS (
+      SELECT 1 FROM chat_messages d
+      WHERE d.chat_id = @chat_id AND d.revision > @since AND d.deleted
+  )
+ORDER BY m.id;
+
 -- name: ChatMessageListVisible :many
 -- The transcript a user sees: active rows that are not model-only.
 SELECT * FROM chat_messages

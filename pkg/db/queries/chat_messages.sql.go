@@ -344,6 +344,61 @@ func (q *Queries) ChatMessageListVisible(ctx context.Context, chatID uuid.UUID) 
 	return items, nil
 }
 
+const chatMessageListVisibleIfDeletedSince = `-- name: ChatMessageListVisibleIfDeletedSince :many
+SELECT m.id, m.chat_id, m.role, m.content, m.visibility, m.compressed, m.deleted, m.queued_message_id, m.revision, m.model_config_id, m.reasoning_effort, m.usage, m.created_by, m.created_at, m.turn_id FROM chat_messages m
+WHERE m.chat_id = $1 AND NOT m.deleted AND m.visibility <> 'model'
+  AND EXISTS (
+      SELECT 1 FROM chat_messages d
+      WHERE d.chat_id = $1 AND d.revision > $2 AND d.deleted
+  )
+ORDER BY m.id
+`
+
+type ChatMessageListVisibleIfDeletedSinceParams struct {
+	ChatID uuid.UUID
+	Since  int64
+}
+
+// The transcript a user sees (ChatMessageListVisible) when a message was
+// deleted after history version @since, and no row otherwise: a stream's
+// read sends it beside the changed rows, in the same snapshot, for the
+// full refresh a deletion calls for.
+func (q *Queries) ChatMessageListVisibleIfDeletedSince(ctx context.Context, arg ChatMessageListVisibleIfDeletedSinceParams) ([]ChatMessage, error) {
+	rows, err := q.db.Query(ctx, chatMessageListVisibleIfDeletedSince, arg.ChatID, arg.Since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChatMessage
+	for rows.Next() {
+		var i ChatMessage
+		if err := rows.Scan(
+			&i.ID,
+			&i.ChatID,
+			&i.Role,
+			&i.Content,
+			&i.Visibility,
+			&i.Compressed,
+			&i.Deleted,
+			&i.QueuedMessageID,
+			&i.Revision,
+			&i.ModelConfigID,
+			&i.ReasoningEffort,
+			&i.Usage,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.TurnID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const chatMessageOpenToolCalls = `-- name: ChatMessageOpenToolCalls :many
 WITH tail AS (
     SELECT m.id, m.role, m.content
@@ -390,6 +445,79 @@ func (q *Queries) ChatMessageOpenToolCalls(ctx context.Context, chatID uuid.UUID
 	for rows.Next() {
 		var i ChatMessageOpenToolCallsRow
 		if err := rows.Scan(&i.MessageID, &i.ToolCallID, &i.ToolName); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const chatMessageOpenToolCallsIfAction = `-- name: ChatMessageOpenToolCallsIfAction :many
+WITH tail AS (
+    SELECT m.id, m.role, m.content
+    FROM chat_messages m
+    WHERE m.chat_id = $1
+      AND NOT m.deleted
+      AND m.id > COALESCE((
+          SELECT max(u.id) FROM chat_messages u
+          WHERE u.chat_id = $1 AND NOT u.deleted AND u.role = 'user'
+      ), 0)
+      AND EXISTS (
+          SELECT 1 FROM chats c
+          WHERE c.id = $1 AND c.status = 'requires_action' AND c.history_version > $2
+      )
+),
+calls AS (
+    SELECT t.id AS message_id, p.ord, p.part->>'tool_call_id' AS tool_call_id, p.part->>'tool_name' AS tool_name,
+        p.part->'args' AS args
+    FROM tail t, jsonb_array_elements(t.content) WITH ORDINALITY AS p(part, ord)
+    WHERE t.role = 'assistant' AND p.part->>'type' = 'tool-call'
+),
+results AS (
+    SELECT r.part->>'tool_call_id' AS tool_call_id
+    FROM tail t, jsonb_array_elements(t.content) AS r(part)
+    WHERE t.role = 'tool' AND r.part->>'type' = 'tool-result'
+)
+SELECT calls.message_id, calls.tool_call_id::text AS tool_call_id, calls.tool_name::text AS tool_name, calls.args::jsonb AS args
+FROM calls
+WHERE NOT EXISTS (SELECT 1 FROM results WHERE results.tool_call_id = calls.tool_call_id)
+ORDER BY calls.message_id, calls.ord
+`
+
+type ChatMessageOpenToolCallsIfActionParams struct {
+	ChatID      uuid.UUID
+	SeenHistory int64
+}
+
+type ChatMessageOpenToolCallsIfActionRow struct {
+	MessageID  int64
+	ToolCallID string
+	ToolName   string
+	Args       json.RawMessage
+}
+
+// ChatMessageOpenToolCalls with each call's arguments, when the chat waits
+// in requires_action on a history newer than @seen_history, and no row
+// otherwise: a stream's read sends it beside the chat's own read, in the
+// same snapshot, before it knows the status.
+func (q *Queries) ChatMessageOpenToolCallsIfAction(ctx context.Context, arg ChatMessageOpenToolCallsIfActionParams) ([]ChatMessageOpenToolCallsIfActionRow, error) {
+	rows, err := q.db.Query(ctx, chatMessageOpenToolCallsIfAction, arg.ChatID, arg.SeenHistory)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChatMessageOpenToolCallsIfActionRow
+	for rows.Next() {
+		var i ChatMessageOpenToolCallsIfActionRow
+		if err := rows.Scan(
+			&i.MessageID,
+			&i.ToolCallID,
+			&i.ToolName,
+			&i.Args,
+		); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

@@ -11,6 +11,15 @@ RETURNING *;
 -- name: ChatQueuedMessageList :many
 SELECT * FROM chat_queued_messages WHERE chat_id = @chat_id ORDER BY position, id;
 
+-- name: ChatQueuedMessageListIfChanged :many
+-- ChatQueuedMessageList when the chat's queue_version is past
+-- @seen_version, and no row otherwise: a stream's read sends it with the
+-- chat's own read, in the same snapshot, before it knows the version.
+SELECT q.* FROM chat_queued_messages q
+WHERE q.chat_id = @chat_id
+  AND EXISTS (SELECT 1 FROM chats c WHERE c.id = @chat_id AND c.queue_version > @seen_version)
+ORDER BY q.position, q.id;
+
 -- name: ChatQueuedMessageHead :one
 SELECT * FROM chat_queued_messages WHERE chat_id = @chat_id ORDER BY position, id LIMIT 1;
 

@@ -169,6 +169,51 @@ func (q *Queries) ChatQueuedMessageList(ctx context.Context, chatID uuid.UUID) (
 	return items, nil
 }
 
+const chatQueuedMessageListIfChanged = `-- name: ChatQueuedMessageListIfChanged :many
+SELECT q.id, q.chat_id, q.content, q.model_config_id, q.reasoning_effort, q.position, q.created_by, q.created_at, q.turn_id FROM chat_queued_messages q
+WHERE q.chat_id = $1
+  AND EXISTS (SELECT 1 FROM chats c WHERE c.id = $1 AND c.queue_version > $2)
+ORDER BY q.position, q.id
+`
+
+type ChatQueuedMessageListIfChangedParams struct {
+	ChatID      uuid.UUID
+	SeenVersion int64
+}
+
+// ChatQueuedMessageList when the chat's queue_version is past
+// @seen_version, and no row otherwise: a stream's read sends it with the
+// chat's own read, in the same snapshot, before it knows the version.
+func (q *Queries) ChatQueuedMessageListIfChanged(ctx context.Context, arg ChatQueuedMessageListIfChangedParams) ([]ChatQueuedMessage, error) {
+	rows, err := q.db.Query(ctx, chatQueuedMessageListIfChanged, arg.ChatID, arg.SeenVersion)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChatQueuedMessage
+	for rows.Next() {
+		var i ChatQueuedMessage
+		if err := rows.Scan(
+			&i.ID,
+			&i.ChatID,
+			&i.Content,
+			&i.ModelConfigID,
+			&i.ReasoningEffort,
+			&i.Position,
+			&i.CreatedBy,
+			&i.CreatedAt,
+			&i.TurnID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const chatQueuedMessageMoveToHead = `-- name: ChatQueuedMessageMoveToHead :execrows
 UPDATE chat_queued_messages
 SET position = (SELECT min(q.position) FROM chat_queued_messages q WHERE q.chat_id = $1) - 1

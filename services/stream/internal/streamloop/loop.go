@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
@@ -262,7 +262,7 @@ type msgRow struct {
 	Revision        int64
 	Usage           json.RawMessage
 	CreatedAt       pgTime
-	// enc, set by scanMessages, is the row's encoding, shared by every
+	// enc, set by messageRows, is the row's encoding, shared by every
 	// loop that applies the read (a shared read's rows serve thousands of
 	// watchers of one chat, each of which would parse the same content).
 	enc *encodedMessage
@@ -450,25 +450,6 @@ func (l *Loop) AppendFinish(ctx context.Context, dst []Event, f Fetched) ([]Even
 	return l.apply(ctx, dst, db)
 }
 
-const changedMessagesSQL = `SELECT id, role::text, content, visibility::text, deleted, queued_message_id, revision, usage, created_at
-FROM chat_messages WHERE chat_id = $1 AND revision > $2 ORDER BY id`
-
-const visibleMessagesSQL = `SELECT id, role::text, content, visibility::text, deleted, queued_message_id, revision, usage, created_at
-FROM chat_messages WHERE chat_id = $1 AND NOT deleted AND visibility <> 'model' ORDER BY id`
-
-func scanMessages(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]msgRow, error) {
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (msgRow, error) {
-		m := msgRow{enc: new(encodedMessage)}
-		err := r.Scan(&m.ID, &m.Role, &m.Content, &m.Visibility, &m.Deleted, &m.QueuedMessageID,
-			&m.Revision, &m.Usage, &m.CreatedAt.Time)
-		return m, err
-	})
-}
-
 // readState does every database read of one Sync in one REPEATABLE READ,
 // READ ONLY transaction, so all of them see one snapshot.
 func readState(ctx context.Context, pool *pgxpool.Pool, in readInput, chatOnly bool) (dbState, error) {
@@ -502,53 +483,78 @@ func readShared(ctx context.Context, pool *pgxpool.Pool, in readInput, minQueue,
 			return out, cov, nil
 		}
 	}
-	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return out, cov, fmt.Errorf("begin stream sync of chat %s: %w", chatID, err)
+	return readPipelined(ctx, pool, in, minQueue, minAction)
+}
+
+// streamReadTx is a stream read's transaction: one snapshot of the chat
+// and what changed, writing nothing.
+var streamReadTx = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+
+// readPipelined is readShared's read after the chat row, in one round
+// trip: the BEGIN, the chat, the messages written after in.history, and
+// — each sent whatever the chat says, and answered only when the chat's
+// snapshot calls for it — the visible history when a message was deleted
+// (a full refresh), the queue when its version moved past minQueue, the
+// open tool calls when the chat waits in requires_action on a history past
+// minAction; then the COMMIT. One batch, where a transaction of one
+// statement at a time took four round trips or more.
+func readPipelined(ctx context.Context, pool *pgxpool.Pool, in readInput, minQueue, minAction int64) (dbState, covered, error) {
+	var out dbState
+	var cov covered
+	chatID := in.chatID
+	var changed, visible []queries.ChatMessage
+	var open []queries.ChatMessageOpenToolCallsIfActionRow
+	var chatErr, changedErr, visibleErr, queueErr, openErr error
+	readVisible := func(q *queries.Queries) {
+		visible, visibleErr = q.ChatMessageListVisibleIfDeletedSince(ctx, queries.ChatMessageListVisibleIfDeletedSinceParams{ChatID: chatID, Since: in.history})
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read only
-	q := queries.New(tx)
-	out.chat, err = q.ChatGet(ctx, chatID)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if in.resumeInsideFull { // finish (or redo) the full refresh a resume is inside
+		readVisible = func(q *queries.Queries) { visible, visibleErr = q.ChatMessageListVisible(ctx, chatID) }
+	}
+	err := queries.CommitPipeline(ctx, dbpool.BeginPipelinedTx(pool, streamReadTx),
+		func(q *queries.Queries) { out.chat, chatErr = q.ChatGet(ctx, chatID) },
+		func(q *queries.Queries) {
+			changed, changedErr = q.ChatMessageListChangedSince(ctx, queries.ChatMessageListChangedSinceParams{ChatID: chatID, Since: in.history})
+		},
+		readVisible,
+		func(q *queries.Queries) {
+			out.queue, queueErr = q.ChatQueuedMessageListIfChanged(ctx, queries.ChatQueuedMessageListIfChangedParams{ChatID: chatID, SeenVersion: minQueue})
+		},
+		func(q *queries.Queries) {
+			open, openErr = q.ChatMessageOpenToolCallsIfAction(ctx, queries.ChatMessageOpenToolCallsIfActionParams{ChatID: chatID, SeenHistory: minAction})
+		},
+	)
+	switch {
+	case errors.Is(chatErr, pgx.ErrNoRows):
 		return out, cov, ErrChatNotFound
-	}
-	if err != nil {
+	case chatErr != nil:
+		return out, cov, fmt.Errorf("read chat %s: %w", chatID, chatErr)
+	case changedErr != nil:
+		return out, cov, fmt.Errorf("read changed messages of chat %s: %w", chatID, changedErr)
+	case visibleErr != nil:
+		return out, cov, fmt.Errorf("read history of chat %s: %w", chatID, visibleErr)
+	case queueErr != nil:
+		return out, cov, fmt.Errorf("read queue of chat %s: %w", chatID, queueErr)
+	case openErr != nil:
+		return out, cov, fmt.Errorf("read open tool calls of chat %s: %w", chatID, openErr)
+	case err != nil:
 		return out, cov, fmt.Errorf("read chat %s: %w", chatID, err)
 	}
 	c := out.chat
 	if c.HistoryVersion > in.history {
-		out.changed, err = scanMessages(ctx, tx, changedMessagesSQL, chatID, in.history)
-		if err != nil {
-			return out, cov, fmt.Errorf("read changed messages of chat %s: %w", chatID, err)
-		}
-		needRefresh := false
-		for _, m := range out.changed {
+		out.changed = messageRows(changed)
+		needRefresh := in.resumeInsideFull
+		for _, m := range changed {
 			needRefresh = needRefresh || m.Deleted
 		}
-		if in.resumeInsideFull {
-			needRefresh = true // resume inside a full refresh: finish (or redo) it
-		}
 		if needRefresh {
-			out.refresh, err = scanMessages(ctx, tx, visibleMessagesSQL, chatID)
-			if err != nil {
-				return out, cov, fmt.Errorf("read history of chat %s: %w", chatID, err)
-			}
-			if out.refresh == nil {
-				out.refresh = []msgRow{}
-			}
+			out.refresh = messageRows(visible)
 		}
 	}
-	if c.QueueVersion > minQueue {
-		cov.queue = true
-		out.queue, err = q.ChatQueuedMessageList(ctx, chatID)
-		if err != nil {
-			return out, cov, fmt.Errorf("read queue of chat %s: %w", chatID, err)
-		}
-	}
+	cov.queue = c.QueueVersion > minQueue
 	if c.Status == queries.ChatStatusRequiresAction && c.HistoryVersion > minAction {
 		cov.toolCalls = true
-		out.toolCalls, err = pendingDynamicCalls(ctx, q, c)
-		if err != nil {
+		if out.toolCalls, err = dynamicCalls(c, open); err != nil {
 			return out, cov, err
 		}
 	}
@@ -564,41 +570,31 @@ func (cov covered) covers(db dbState, in readInput) bool {
 	return (!needQueue || cov.queue) && (!needCalls || cov.toolCalls)
 }
 
-// pendingDynamicCalls lists the open calls of the chat's dynamic tools with
-// their arguments.
-func pendingDynamicCalls(ctx context.Context, q *queries.Queries, c queries.Chat) ([]ToolCall, error) {
-	open, err := q.ChatMessageOpenToolCalls(ctx, c.ID)
-	if err != nil {
-		return nil, fmt.Errorf("read open tool calls of chat %s: %w", c.ID, err)
+// messageRows converts rows read for the loops, never nil.
+func messageRows(rows []queries.ChatMessage) []msgRow {
+	out := make([]msgRow, len(rows))
+	for i, m := range rows {
+		out[i] = msgRow{
+			ID: m.ID, Role: string(m.Role), Content: m.Content, Visibility: string(m.Visibility),
+			Deleted: m.Deleted, QueuedMessageID: m.QueuedMessageID, Revision: m.Revision, Usage: m.Usage,
+			CreatedAt: pgTime{m.CreatedAt}, enc: new(encodedMessage),
+		}
 	}
+	return out
+}
+
+// dynamicCalls are the open calls of the chat's dynamic tools, with their
+// arguments, never nil.
+func dynamicCalls(c queries.Chat, open []queries.ChatMessageOpenToolCallsIfActionRow) ([]ToolCall, error) {
 	names, err := chatstate.DynamicToolNames(c.DynamicTools)
 	if err != nil {
 		return nil, err
 	}
-	args := map[int64]map[string]json.RawMessage{}
 	out := []ToolCall{}
 	for _, o := range open {
-		if !names[o.ToolName] {
-			continue
+		if names[o.ToolName] {
+			out = append(out, ToolCall{ToolCallID: o.ToolCallID, ToolName: o.ToolName, Args: nonNullJSON(o.Args)})
 		}
-		if _, ok := args[o.MessageID]; !ok {
-			m, err := q.ChatMessageGet(ctx, queries.ChatMessageGetParams{ChatID: c.ID, ID: o.MessageID})
-			if err != nil {
-				return nil, fmt.Errorf("read message %d of chat %s: %w", o.MessageID, c.ID, err)
-			}
-			content, err := chatmsg.ParseContent(m.Content)
-			if err != nil {
-				return nil, err
-			}
-			a := map[string]json.RawMessage{}
-			for _, p := range content {
-				if p.Type == chatmsg.PartToolCall {
-					a[p.ToolCallID] = p.Args
-				}
-			}
-			args[o.MessageID] = a
-		}
-		out = append(out, ToolCall{ToolCallID: o.ToolCallID, ToolName: o.ToolName, Args: nonNullJSON(args[o.MessageID][o.ToolCallID])})
 	}
 	return out, nil
 }

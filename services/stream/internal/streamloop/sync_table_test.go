@@ -3,6 +3,7 @@ package streamloop_test
 import (
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -10,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
@@ -29,14 +31,21 @@ func (h *harness) forT(t *testing.T) *harness {
 
 // loopPool is a pool on the test database used only by the loop under test,
 // so its AcquireCount counts exactly the loop's fetches (one read
-// transaction per fetching Sync).
-func (h *harness) loopPool() *pgxpool.Pool {
+// transaction per fetching Sync), and the recorder its round trips.
+func (h *harness) loopPool() (*pgxpool.Pool, *dbtest.RoundTrips) {
 	h.t.Helper()
-	p, err := pgxpool.NewWithConfig(h.ctx, h.pool.Config())
+	cfg := h.pool.Config()
+	rec := &dbtest.RoundTrips{}
+	cfg.ConnConfig.Tracer = rec
+	p, err := pgxpool.NewWithConfig(h.ctx, cfg)
 	require.NoError(h.t, err)
 	h.t.Cleanup(p.Close)
-	return p
+	return p, rec
 }
+
+// readBatch is the one round trip of a Sync's read in a transaction.
+const readBatch = "begin ChatGet ChatMessageListChangedSince ChatMessageListVisibleIfDeletedSince " +
+	"ChatQueuedMessageListIfChanged ChatMessageOpenToolCallsIfAction commit"
 
 // rawUpdate writes a chats row the transitions never write, bumping
 // snapshot_version the way every bundle does, to reach a branch of the
@@ -265,7 +274,7 @@ func TestSyncBranchTable(t *testing.T) {
 			id := h.create()
 			row.setup(h, id)
 			rec := &recParts{}
-			pool := h.loopPool()
+			pool, trips := h.loopPool()
 			var l *streamloop.Loop
 			if row.resume != nil {
 				c := row.resume(h.chat(id))
@@ -286,6 +295,7 @@ func TestSyncBranchTable(t *testing.T) {
 			configured := len(rec.eps)
 			hints := row.hints(before, db)
 			acq := pool.Stat().AcquireCount()
+			trips.Take()
 
 			evs, err := l.Sync(h.ctx, hints)
 			require.NoError(t, err)
@@ -299,6 +309,13 @@ func TestSyncBranchTable(t *testing.T) {
 				require.Len(t, rec.eps, configured, "a no-op does not reconfigure the relay")
 			case applied:
 				require.EqualValues(t, 1, fetches, "one read transaction")
+				var names []string
+				for _, trip := range trips.Take() {
+					names = append(names, strings.Join(trip.Names, " "))
+				}
+				if len(names) != 1 || names[0] != "ChatGet" { // a read of the chat row alone does
+					require.Equal(t, []string{readBatch}, names, "the read's statements and its COMMIT are one round trip")
+				}
 				require.Equal(t, db.SnapshotVersion, after.SnapshotVersion)
 				require.Equal(t, db.HistoryVersion, after.HistoryVersion)
 				require.Equal(t, db.QueueVersion, after.QueueVersion)
@@ -379,7 +396,7 @@ func TestSyncWorkerHintTriState(t *testing.T) {
 			if row.local != nil {
 				h.acquire(id, *row.local)
 			}
-			pool := h.loopPool()
+			pool, _ := h.loopPool()
 			l := streamloop.New(pool, id, nil, nil)
 			_, err := l.Bootstrap(h.ctx)
 			require.NoError(t, err)
