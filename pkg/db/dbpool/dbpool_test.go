@@ -88,7 +88,11 @@ func TestPoolSize(t *testing.T) {
 // of waiting forever.
 func TestAcquireHasADeadline(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t, dbtest.NewDatabase(t), dbpool.Settings{AcquireTimeout: 100 * time.Millisecond}, dbpool.Options{MaxConns: 1})
+	pool := newPool(t, dbtest.NewDatabase(t), dbpool.Settings{AcquireTimeout: 100 * time.Millisecond}, dbpool.Options{MaxConns: 1, MinConns: 1})
+	// The deadline bounds dialing too: let the pool dial its connection in
+	// the background first, so that a loaded machine's slow dial does not
+	// fail the acquisition the test holds.
+	require.Eventually(t, func() bool { return pool.Stat().IdleConns() == 1 }, 30*time.Second, 5*time.Millisecond)
 	held, err := pool.Acquire(context.Background())
 	require.NoError(t, err)
 	_, err = pool.Exec(context.Background(), "SELECT 1")
