@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/multitracer"
@@ -383,4 +384,59 @@ CREATE TRIGGER refuse_message BEFORE INSERT ON chat_messages FOR EACH ROW EXECUT
 	s, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)
 	require.Equal(t, chatstate.R0, s.State())
+}
+
+// TestAtCommitTravelsWithTheCommit: metadata a bundle writes AtCommit goes
+// with its COMMIT, after the held writes; one that fails fails the bundle
+// with its own error and nothing of the bundle is written.
+func TestAtCommitTravelsWithTheCommit(t *testing.T) {
+	t.Parallel()
+	h, rec := newTracedHarness(t)
+	id := h.reach(chatstate.W, 0, false)
+	title := func(name string) func(*queries.Queries) {
+		return func(q *queries.Queries) {
+			_, _ = q.ChatSetTitle(h.ctx, queries.ChatSetTitleParams{ID: id, Title: name, TitleSource: queries.ChatTitleSourceUser, Now: time.Now()})
+		}
+	}
+	takeTrips(rec)
+	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		if _, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("go")), chatstate.BusyQueue); err != nil {
+			return err
+		}
+		tx.AtCommit(title("named at the commit"))
+		return nil
+	}, chatstate.WithOpenToolCalls(), chatstate.WithMessageID())
+	require.NoError(t, err)
+	require.Equal(t, []string{
+		"begin + ChatLockAndBump + ChatQueueLenAndNow + ChatMessageOpenToolCalls + ChatMessageReserveID",
+		"ChatMessageInsertWithID + ChatSetExecution + ChatSetTitle + commit",
+	}, takeTrips(rec))
+	c, err := queries.New(h.pool).ChatGet(h.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, "named at the commit", c.Title)
+	require.Equal(t, queries.ChatStatusRunning, c.Status)
+
+	// A failing one: a trigger refuses the title.
+	_, err = h.pool.Exec(h.ctx, `
+CREATE FUNCTION refuse_title() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.title = 'refuse me' THEN RAISE EXCEPTION 'title refused for the test'; END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_title BEFORE UPDATE OF title ON chats FOR EACH ROW EXECUTE FUNCTION refuse_title();`)
+	require.NoError(t, err)
+	before, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	_, err = h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+		if _, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("queued")), chatstate.BusyQueue); err != nil {
+			return err
+		}
+		tx.AtCommit(title("refuse me"))
+		return nil
+	})
+	require.ErrorContains(t, err, "title refused for the test")
+	after, err := h.m.Get(h.ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, before.Chat, after.Chat, "nothing of the bundle was written")
+	require.Zero(t, after.QueueLen)
 }

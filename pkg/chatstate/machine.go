@@ -112,7 +112,7 @@ func (m *Machine) Update(ctx context.Context, id uuid.UUID, fn func(*Tx) error, 
 		res = Result{Snapshot: tx.snapshot(), Applied: tx.applied}
 		leaseCall, ownerStale := tx.commitReads(ctx)
 		held := tx.takeHeld()
-		calls := heldCalls(held)
+		calls := append(heldCalls(held), tx.atCommit...)
 		if leaseCall != nil {
 			calls = append(calls, leaseCall)
 		}
@@ -367,6 +367,8 @@ type Tx struct {
 	// (WithMessageID) until a held insert uses it or the bundle inserts
 	// another message first.
 	reservedMessageID *int64
+	// atCommit are the metadata writes AtCommit sends with the COMMIT.
+	atCommit []func(*queries.Queries)
 	// freshRunner is the runner whose heartbeat this bundle inserted
 	// (Acquire): its lease is fresh by construction.
 	freshRunner *uuid.UUID
@@ -409,6 +411,19 @@ func (tx *Tx) State() State { return tx.snapshot().State() }
 // file links). Never write chat_messages, chat_queued_messages or execution
 // fields through it: only transitions may.
 func (tx *Tx) Queries() *queries.Queries { return tx.q }
+
+// AtCommit sends call, one call of a generated method (queries.Pipeline's
+// rules) that Queries' rules allow, with the bundle's COMMIT, after every
+// held write: for metadata that must commit with the transitions and that
+// nothing in the bundle reads back (the api's idempotency record). A call
+// that fails fails the bundle with its own error, and nothing of the
+// bundle is written. Only a bundle (Update) has a COMMIT to send it with.
+func (tx *Tx) AtCommit(call func(*queries.Queries)) {
+	if tx.raw == nil || tx.readOnly {
+		panic("chatstate: AtCommit outside a transition bundle")
+	}
+	tx.atCommit = append(tx.atCommit, call)
+}
 
 // Now is the bundle's clock reading, shared by all its transitions:
 // Postgres's statement_timestamp() when the Machine has no injected clock.

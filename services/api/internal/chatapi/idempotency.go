@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 )
 
@@ -71,9 +72,26 @@ func requestHash(c auth.Claims, req proto.Message, clearID func(proto.Message)) 
 // used for different input.
 // Request IDs are the caller's within the token's organization.
 func priorRequest(ctx context.Context, q *queries.Queries, c auth.Claims, kind, id string, hash []byte) error {
-	row, err := q.ChatRequestGet(ctx, queries.ChatRequestGetParams{
-		OrganizationID: c.OrganizationID, OwnerID: c.UserID, Kind: kind, RequestID: id,
-	})
+	row, err := q.ChatRequestGet(ctx, requestKey(c, kind, id))
+	return judgeRequest(row, err, id, hash)
+}
+
+// priorRequestWithLock is priorRequest read in a bundle's opening round
+// trip, with the chat's lock: the option asks for the row, and judge,
+// called in the bundle, says what priorRequest would.
+func priorRequestWithLock(ctx context.Context, c auth.Claims, kind, id string, hash []byte) (opt chatstate.BundleOption, judge func() error) {
+	var row queries.ChatRequest
+	var err error
+	opt = chatstate.WithRead(func(q *queries.Queries) { row, err = q.ChatRequestGet(ctx, requestKey(c, kind, id)) })
+	return opt, func() error { return judgeRequest(row, err, id, hash) }
+}
+
+func requestKey(c auth.Claims, kind, id string) queries.ChatRequestGetParams {
+	return queries.ChatRequestGetParams{OrganizationID: c.OrganizationID, OwnerID: c.UserID, Kind: kind, RequestID: id}
+}
+
+// judgeRequest is priorRequest's verdict on the row its lookup read.
+func judgeRequest(row queries.ChatRequest, err error, id string, hash []byte) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}
@@ -88,14 +106,34 @@ func priorRequest(ctx context.Context, q *queries.Queries, c auth.Claims, kind, 
 }
 
 func recordRequest(ctx context.Context, q *queries.Queries, c auth.Claims, kind, id string, chatID uuid.UUID, hash []byte, resp proto.Message) error {
+	params, err := requestRecord(c, kind, id, chatID, hash, resp)
+	if err != nil {
+		return err
+	}
+	return q.ChatRequestInsert(ctx, params)
+}
+
+// recordRequestAtCommit is recordRequest sent with the bundle's COMMIT
+// (chatstate.Tx.AtCommit): a duplicate or any other failure fails the
+// bundle with the insert's error.
+func recordRequestAtCommit(ctx context.Context, tx *chatstate.Tx, c auth.Claims, kind, id string, hash []byte, resp proto.Message) error {
+	params, err := requestRecord(c, kind, id, tx.Chat().ID, hash, resp)
+	if err != nil {
+		return err
+	}
+	tx.AtCommit(func(q *queries.Queries) { _ = q.ChatRequestInsert(ctx, params) })
+	return nil
+}
+
+func requestRecord(c auth.Claims, kind, id string, chatID uuid.UUID, hash []byte, resp proto.Message) (queries.ChatRequestInsertParams, error) {
 	b, err := proto.Marshal(resp)
 	if err != nil {
-		return fmt.Errorf("marshal response for request_id %q: %w", id, err)
+		return queries.ChatRequestInsertParams{}, fmt.Errorf("marshal response for request_id %q: %w", id, err)
 	}
-	return q.ChatRequestInsert(ctx, queries.ChatRequestInsertParams{
+	return queries.ChatRequestInsertParams{
 		OrganizationID: c.OrganizationID, OwnerID: c.UserID, Kind: kind, RequestID: id,
 		ChatID: chatID, InputHash: hash, Response: b,
-	})
+	}, nil
 }
 
 // isDuplicateRequest reports a concurrent duplicate losing the race on the

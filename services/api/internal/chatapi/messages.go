@@ -158,9 +158,21 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 	}
 	var resp *chatdv1.SendMessageResponse
 	var title *titleJob // the first prompt of a chat created empty (titles.go)
+	opts := []chatstate.BundleOption{
+		chatstate.WithOpenToolCalls(), // a user message answers open calls first
+		chatstate.WithMessageID(),     // ... and goes with the COMMIT when it starts a turn
+	}
+	var prior func() error
+	if requestID != "" {
+		// Looked up again under the chat's lock, for a concurrent
+		// duplicate: in the bundle's opening round trip.
+		var opt chatstate.BundleOption
+		opt, prior = priorRequestWithLock(ctx, c, kindSendMessage, requestID, hash)
+		opts = append(opts, opt)
+	}
 	_, err = s.update(ctx, c, req.GetChatId(), func(tx *chatstate.Tx) error {
-		if requestID != "" {
-			if err := priorRequest(ctx, tx.Queries(), c, kindSendMessage, requestID, hash); err != nil {
+		if prior != nil {
+			if err := prior(); err != nil {
 				return err
 			}
 		}
@@ -185,11 +197,8 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 		if requestID == "" {
 			return nil
 		}
-		return recordRequest(ctx, tx.Queries(), c, kindSendMessage, requestID, tx.Chat().ID, hash, resp)
-	},
-		chatstate.WithOpenToolCalls(), // a user message answers open calls first
-		chatstate.WithMessageID(),     // ... and goes with the COMMIT when it starts a turn
-	)
+		return recordRequestAtCommit(ctx, tx, c, kindSendMessage, requestID, hash, resp)
+	}, opts...)
 	var stored chatdv1.SendMessageResponse
 	if ok, derr := replay(err, &stored); ok {
 		if derr != nil {

@@ -20,13 +20,27 @@ import (
 // TestSendStartsATurnInTwoRoundTrips: a message that starts a turn on an
 // idle chat commits in two round trips, the second carrying its insert,
 // the execution write and the COMMIT, and the answer is the message as
-// stored (its ID, time and content).
+// stored (its ID, time and content). With a request_id the replay check
+// rides with the lock and the idempotency record with the COMMIT: still
+// two, and the request replays.
 func TestSendStartsATurnInTwoRoundTrips(t *testing.T) {
 	t.Parallel()
 	rec := &dbtest.RoundTrips{}
 	a := startAPI(t, func(c *chatapi.AppConfig) { c.DBTracer = multitracer.New(dbtest.Guard(t), rec) })
 	id := a.createChat("hello")
-	for _, prompt := range []string{"again", "once more"} {
+	for i, prompt := range []string{"again", "once more", "with a request_id"} {
+		body := map[string]any{"content": textContent(prompt)}
+		want := []string{
+			"batch: begin ChatLockAndBump ChatQueueLenAndNow ChatMessageOpenToolCalls ChatMessageReserveID",
+			"batch: ChatMessageInsertWithID ChatSetExecution commit",
+		}
+		if i == 2 {
+			body["request_id"] = "send-" + id.String()
+			want = []string{
+				"batch: begin ChatLockAndBump ChatQueueLenAndNow ChatMessageOpenToolCalls ChatMessageReserveID ChatRequestGet",
+				"batch: ChatMessageInsertWithID ChatSetExecution ChatRequestInsert commit",
+			}
+		}
 		a.worker(id, func(ctx context.Context, tx *chatstate.Tx) error {
 			if _, err := tx.CommitStep(ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: chatmsg.Content{chatmsg.Text("ok")}}}}); err != nil {
 				return err
@@ -36,12 +50,9 @@ func TestSendStartsATurnInTwoRoundTrips(t *testing.T) {
 		})
 		require.Equal(t, chatstate.W, a.snapshot(id).State())
 
-		r := a.call("POST", "/api/v2/chats/"+id.String()+"/messages", a.user.token, map[string]any{"content": textContent(prompt)})
+		r := a.call("POST", "/api/v2/chats/"+id.String()+"/messages", a.user.token, body)
 		require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
-		require.Equal(t, []string{
-			"batch: begin ChatLockAndBump ChatQueueLenAndNow ChatMessageOpenToolCalls ChatMessageReserveID",
-			"batch: ChatMessageInsertWithID ChatSetExecution commit",
-		}, rec.Bundle("ChatMessageInsertWithID"), prompt)
+		require.Equal(t, want, rec.Bundle("ChatMessageInsertWithID"), prompt)
 		require.Equal(t, chatstate.R0, a.snapshot(id).State())
 
 		stored, err := queries.New(a.pool).ChatMessageListActive(context.Background(), id)
@@ -55,5 +66,13 @@ func TestSendStartsATurnInTwoRoundTrips(t *testing.T) {
 		require.True(t, last.CreatedAt.Equal(at), "answered %s, stored %s", at, last.CreatedAt)
 		require.Contains(t, string(last.Content), prompt)
 		require.Equal(t, prompt, msg["content"].([]any)[0].(map[string]any)["text"])
+		if i == 2 {
+			again := a.call("POST", "/api/v2/chats/"+id.String()+"/messages", a.user.token, body)
+			require.Equal(t, http.StatusOK, again.code, "a replay: %s", again.raw)
+			require.Equal(t, msg["id"], again.body["message"].(map[string]any)["id"], "the replay answers as the send did")
+			after, err := queries.New(a.pool).ChatMessageListActive(context.Background(), id)
+			require.NoError(t, err)
+			require.Len(t, after, len(stored), "the replay sent nothing")
+		}
 	}
 }
