@@ -2,6 +2,7 @@ package chatapi_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -19,8 +20,10 @@ import (
 // BenchmarkSendToNotification measures POST /messages → committed →
 // chat:update published and received, from 16 concurrent clients, each on
 // its own chat. Between sends a worker finishes the turn (untimed). Reports
-// the p50 and p99 latency.
+// the p50 and p99 latency. CHATD_BENCH_REQUEST_IDS=1 gives each send a
+// fresh request_id, as the web client's sends have.
 func BenchmarkSendToNotification(b *testing.B) {
+	withIDs := os.Getenv("CHATD_BENCH_REQUEST_IDS") == "1"
 	clients := envClients()
 	a := startAPI(b)
 	ids := make([]uuid.UUID, clients)
@@ -43,7 +46,10 @@ func BenchmarkSendToNotification(b *testing.B) {
 			seen := a.snapshot(id).Chat.SnapshotVersion
 			body := map[string]any{"content": textContent("ping")}
 			path := "/api/v2/chats/" + id.String() + "/messages"
-			for next.Add(1) <= int64(b.N) {
+			for k := next.Add(1); k <= int64(b.N); k = next.Add(1) {
+				if withIDs {
+					body["request_id"] = fmt.Sprintf("bench-%d", k)
+				}
 				start := time.Now()
 				r := a.call("POST", path, a.user.token, body)
 				if r.code != http.StatusCreated {
