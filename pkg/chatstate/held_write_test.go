@@ -2,6 +2,7 @@ package chatstate_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,21 @@ func newTracedHarness(t *testing.T) (*harness, *dbtest.RoundTrips) {
 	rec := &dbtest.RoundTrips{}
 	pool := dbtest.NewPoolOn(t, dbtest.NewDatabase(t), dbpool.Options{MaxConns: 32, Tracer: multitracer.New(dbtest.Guard(t), rec)})
 	return newHarnessOn(t, pool), rec
+}
+
+// refuse makes the test database refuse the writes of event (a trigger's
+// "INSERT ON table") for which when holds, with "<what> refused for the
+// test".
+func (h *harness) refuse(what, event, when string) {
+	h.t.Helper()
+	_, err := h.pool.Exec(h.ctx, fmt.Sprintf(`
+CREATE FUNCTION refuse_%[1]s() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF %[3]s THEN RAISE EXCEPTION '%[1]s refused for the test'; END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_%[1]s BEFORE %[2]s FOR EACH ROW EXECUTE FUNCTION refuse_%[1]s();`, what, event, when))
+	require.NoError(h.t, err)
 }
 
 // TestAcquireTravelsWithTheAttempt: a bundle that acquires a running chat
@@ -149,11 +165,7 @@ func TestHeldAcquireRunsBeforeWhatFollows(t *testing.T) {
 func TestHeldAcquireThatFailsFailsItsBundle(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	_, err := h.pool.Exec(h.ctx, `
-CREATE FUNCTION refuse_lease() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN RAISE EXCEPTION 'lease refused for the test'; END $$;
-CREATE TRIGGER refuse_lease BEFORE INSERT ON chat_heartbeats FOR EACH ROW EXECUTE FUNCTION refuse_lease();`)
-	require.NoError(t, err)
+	h.refuse("lease", "INSERT ON chat_heartbeats", "true")
 	id := h.reach(chatstate.R0, 0, false)
 	cases := map[string]func(tx *chatstate.Tx) error{
 		"the commit": func(*chatstate.Tx) error { return nil },
@@ -186,7 +198,7 @@ CREATE TRIGGER refuse_lease BEFORE INSERT ON chat_heartbeats FOR EACH ROW EXECUT
 
 	// A message starting a turn on a waiting chat: its insert and
 	// execution write go as a pipeline (SendBatch).
-	_, err = h.m.Update(h.ctx, waiting, func(tx *chatstate.Tx) error {
+	_, err := h.m.Update(h.ctx, waiting, func(tx *chatstate.Tx) error {
 		if err := tx.Acquire(h.ctx, h.worker, uuid.New()); err != nil {
 			return err
 		}
@@ -249,15 +261,8 @@ func TestHeldAttemptThatFailsAtTheCommit(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	id := h.reach(chatstate.R0, 0, false)
-	_, err := h.pool.Exec(h.ctx, `
-CREATE FUNCTION refuse_attempt() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF NEW.generation_attempt > OLD.generation_attempt THEN RAISE EXCEPTION 'attempt refused for the test'; END IF;
-  RETURN NEW;
-END $$;
-CREATE TRIGGER refuse_attempt BEFORE UPDATE ON chats FOR EACH ROW EXECUTE FUNCTION refuse_attempt();`)
-	require.NoError(t, err)
-	_, err = h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
+	h.refuse("attempt", "UPDATE ON chats", "NEW.generation_attempt > OLD.generation_attempt")
+	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
 		if err := tx.Acquire(h.ctx, h.worker, uuid.New()); err != nil {
 			return err
 		}
@@ -355,14 +360,7 @@ func TestHeldTurnStartThatFailsAtTheCommit(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	id := h.reach(chatstate.W, 0, false)
-	_, err := h.pool.Exec(h.ctx, `
-CREATE FUNCTION refuse_message() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF NEW.content::text LIKE '%refuse me%' THEN RAISE EXCEPTION 'message refused for the test'; END IF;
-  RETURN NEW;
-END $$;
-CREATE TRIGGER refuse_message BEFORE INSERT ON chat_messages FOR EACH ROW EXECUTE FUNCTION refuse_message();`)
-	require.NoError(t, err)
+	h.refuse("message", "INSERT ON chat_messages", "NEW.content::text LIKE '%refuse me%'")
 	before, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)
 	_, err = h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
@@ -417,14 +415,7 @@ func TestAtCommitTravelsWithTheCommit(t *testing.T) {
 	require.Equal(t, queries.ChatStatusRunning, c.Status)
 
 	// A failing one: a trigger refuses the title.
-	_, err = h.pool.Exec(h.ctx, `
-CREATE FUNCTION refuse_title() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-  IF NEW.title = 'refuse me' THEN RAISE EXCEPTION 'title refused for the test'; END IF;
-  RETURN NEW;
-END $$;
-CREATE TRIGGER refuse_title BEFORE UPDATE OF title ON chats FOR EACH ROW EXECUTE FUNCTION refuse_title();`)
-	require.NoError(t, err)
+	h.refuse("title", "UPDATE OF title ON chats", "NEW.title = 'refuse me'")
 	before, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)
 	_, err = h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
