@@ -61,10 +61,13 @@ func (h *heldInsert) call(q *queries.Queries) { h.row, h.err = h.write(q) }
 // hold holds a write of the chat row that leaves it as predicted: tx.chat
 // becomes the prediction now, and the write goes with the bundle's next
 // statement or its commit. The caller checks the transition's landing on
-// the prediction.
-func (tx *Tx) hold(what string, predicted queries.Chat, write func(*queries.Queries) (queries.Chat, error)) {
-	tx.held = append(tx.held, &heldWrite{what: what, write: write, predicted: predicted, historyWritten: tx.historyWritten})
+// the prediction. The held write is returned, for a caller that sends a
+// message insert before it (holdTurnStart).
+func (tx *Tx) hold(what string, predicted queries.Chat, write func(*queries.Queries) (queries.Chat, error)) *heldWrite {
+	h := &heldWrite{what: what, write: write, predicted: predicted, historyWritten: tx.historyWritten}
+	tx.held = append(tx.held, h)
 	tx.chat = predicted
+	return h
 }
 
 // canHold says whether a write of the chat row can be held: in a bundle

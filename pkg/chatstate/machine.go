@@ -417,9 +417,10 @@ func (tx *Tx) Queries() *queries.Queries { return tx.q }
 // held write: for metadata that must commit with the transitions and that
 // nothing in the bundle reads back (the api's idempotency record). A call
 // that fails fails the bundle with its own error, and nothing of the
-// bundle is written. Only a bundle (Update) has a COMMIT to send it with.
+// bundle is written. Only a bundle (Update) has a COMMIT to send it with;
+// a view or a creation has no raw Queries.
 func (tx *Tx) AtCommit(call func(*queries.Queries)) {
-	if tx.raw == nil || tx.readOnly {
+	if tx.raw == nil {
 		panic("chatstate: AtCommit outside a transition bundle")
 	}
 	tx.atCommit = append(tx.atCommit, call)

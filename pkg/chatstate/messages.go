@@ -234,8 +234,7 @@ func (tx *Tx) holdTurnStart(ctx context.Context, m NewMessage, e execution) quer
 	// open tool calls are read again.
 	tx.historyWritten, tx.openRead, tx.openCalls = true, false, nil
 	tx.hold(fmt.Sprintf("start a turn in chat %s", tx.chat.ID), predictTurnStart(tx.chat, exec),
-		func(q *queries.Queries) (queries.Chat, error) { return q.ChatSetExecution(ctx, exec) })
-	tx.held[len(tx.held)-1].insert = held
+		func(q *queries.Queries) (queries.Chat, error) { return q.ChatSetExecution(ctx, exec) }).insert = held
 	return msg
 }
 
