@@ -41,7 +41,8 @@ import (
 // worker's stage metrics off. Every process also marks the turn's hops on
 // a timeline (pkg/telemetry/timeline), printed as each hop's p50 from the
 // POST's start; CHATD_BENCH_QUERIES=1 adds every query's start to it, and
-// CHATD_BENCH_TIMELINE=<file> keeps the raw timeline. The stack serves
+// CHATD_BENCH_TIMELINE=<file> keeps the raw timeline. CHATD_BENCH_SERVICE_ENV
+// adds settings to every service ("K=V K=V"). The stack serves
 // CHATD_BENCH_WARMUP turns (3) before the measured ones.
 func BenchmarkSendToFirstPart(b *testing.B) {
 	stages := os.Getenv("CHATD_BENCH_STAGES") != "0"
@@ -59,6 +60,9 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	// CHATD_BENCH_TIMELINE keeps the file (each run appends to it).
 	timelineFile := cmp.Or(os.Getenv("CHATD_BENCH_TIMELINE"), filepath.Join(b.TempDir(), "timeline"))
 	opts.Env = append(opts.Env, timeline.Env+"="+timelineFile)
+	// CHATD_BENCH_SERVICE_ENV: more settings for the services, "K=V K=V"
+	// (CHATD_CPU_PROFILE=<dir> for their CPU profiles, as in BenchmarkFanOut).
+	opts.Env = append(opts.Env, strings.Fields(os.Getenv("CHATD_BENCH_SERVICE_ENV"))...)
 	if os.Getenv("CHATD_BENCH_QUERIES") == "1" {
 		// Every query's start as well (sql <service> <name>).
 		opts.Env = append(opts.Env, timeline.QueriesEnv+"=1")
@@ -151,8 +155,10 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 		turn(false)
 	}
 	b.ResetTimer()
+	var lastStart time.Time
 	for i := 0; i < b.N; i++ {
 		start, postedAt, runningAt, first := turn(true)
+		lastStart = start
 		post = append(post, postedAt)
 		if runningAt > 0 {
 			running = append(running, runningAt)
@@ -202,11 +208,42 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	if err := marks.Flush(); err != nil {
 		b.Logf("timeline: %v", err)
 	}
+	// The services write their marks every timeline.FlushInterval: wait
+	// for the last turn's from each of them.
+	awaitMarks(b, timelineFile, lastStart, "bundle.committed", "worker.part1", "relay.part1", "stream.sse.part")
 	if hops, slow, err := timelineHops(timelineFile); err != nil {
 		b.Logf("timeline: %v", err)
 	} else {
 		b.Logf("hop p50s from the POST's start over %d turns: %s", b.N, hops)
 		b.Logf("the slowest turns, with the hops at which each fell 1 ms or more further behind the median turn: %s", slow)
+	}
+}
+
+// awaitMarks waits, at most a few timeline.FlushInterval, until the
+// timeline file at path holds each of events marked at or after since; a
+// mark still missing then is only logged (the hops are a diagnostic).
+func awaitMarks(b *testing.B, path string, since time.Time, events ...string) {
+	deadline := time.Now().Add(3 * timeline.FlushInterval)
+	for {
+		data, err := os.ReadFile(path)
+		missing := slices.Clone(events)
+		if err == nil {
+			for _, line := range strings.Split(string(data), "\n") {
+				at, event, ok := strings.Cut(line, " ")
+				us, err := strconv.ParseInt(at, 10, 64)
+				if ok && err == nil && us >= since.UnixMicro() {
+					missing = slices.DeleteFunc(missing, func(e string) bool { return e == event })
+				}
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Logf("timeline: the last turn's %v never arrived", missing)
+			return
+		}
+		time.Sleep(20 * time.Millisecond) // the services flush on their own clock
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/outbound"
 	"github.com/chatd/chatd/pkg/telemetry"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // Exit codes of Main.
@@ -80,6 +81,7 @@ func Main(p Program, args []string, lookupEnv func(string) (string, bool), stdou
 	}()
 
 	defer startCPUProfile(p.Name, lookupEnv, stderr)()
+	defer timeline.Close() //nolint:errcheck // a diagnostic aid; nothing to tell anyone on the way out
 
 	log.Info("starting", "grpc_addr", p.Config.Base().GRPCAddr, "pid", os.Getpid())
 	if err := p.Run(ctx, log); err != nil {

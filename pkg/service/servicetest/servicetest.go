@@ -30,6 +30,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
 // Deadlines for the waits below. Start-up includes the binary's own start,
@@ -88,7 +89,11 @@ func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 		p.err = p.cmd.Wait()
 		close(p.exited)
 	}()
-	profiling := slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, service.CPUProfileEnv+"=") })
+	// A profiled process writes its profile as it stops, and one marking a
+	// timeline its last marks (pkg/telemetry/timeline).
+	profiling := slices.ContainsFunc(env, func(kv string) bool {
+		return strings.HasPrefix(kv, service.CPUProfileEnv+"=") || strings.HasPrefix(kv, timeline.Env+"=")
+	})
 	t.Cleanup(func() {
 		select {
 		case <-p.exited:
@@ -96,8 +101,7 @@ func Start(t testing.TB, bin string, env []string, args ...string) *Process {
 		default:
 		}
 		if profiling {
-			// A profiled process writes its profile as it stops: ask it
-			// to stop, and kill it only when it does not.
+			// Ask it to stop, and kill it only when it does not.
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-p.exited:

@@ -4,8 +4,9 @@
 // (every process of a stack appends to the same file). The processes of a
 // benchmark's stack run on one host and share its clock, so the lines of
 // all of them lie on one time axis; each process writes its lines in
-// batches (every FlushInterval), so the file is in time order only once
-// sorted. Without CHATD_TIMELINE, Mark costs one atomic load; with it, an
+// batches (every FlushInterval, or sooner once FlushSize bytes wait), so
+// the file is in time order only once sorted, and a reader waits for the
+// marks it needs (a process's last ones arrive up to FlushInterval late). Without CHATD_TIMELINE, Mark costs one atomic load; with it, an
 // append to a buffer: a stream replica may mark every write to thousands
 // of watchers without the marks costing as much as the writes.
 package timeline
@@ -28,14 +29,24 @@ const Env = "CHATD_TIMELINE"
 // asked for.
 const QueriesEnv = "CHATD_TIMELINE_QUERIES"
 
-// FlushInterval is how often a Recorder writes its buffered lines.
-const FlushInterval = 20 * time.Millisecond
+// FlushInterval is how often a Recorder writes its buffered lines. It is
+// long because the marks are there to measure a turn: at 20 ms the five
+// processes of a benchmark's stack woke 250 times a second between them,
+// and on a 2-core host one of those wakeups and its write fell inside
+// most 10 ms turns they were timing.
+const FlushInterval = time.Second
+
+// FlushSize is how many buffered bytes have the flusher write before
+// FlushInterval is up (a stream marking every write to thousands of
+// watchers fills it in a fraction of a second).
+const FlushSize = 1 << 20
 
 // Recorder appends marks to one timeline file.
 type Recorder struct {
 	mu   sync.Mutex
 	buf  []byte
 	file *os.File
+	full chan struct{} // FlushSize bytes wait: flush now
 	stop chan struct{}
 	done chan struct{}
 }
@@ -43,13 +54,16 @@ type Recorder struct {
 // Open opens (creating it if need be) the timeline file at path for
 // appending. A benchmark that restarts its stack per run opens each run's
 // file itself; the processes it starts find theirs through Env.
-func Open(path string) (*Recorder, error) {
+func Open(path string) (*Recorder, error) { return openEvery(path, FlushInterval) }
+
+// openEvery is Open with the periodic flush every interval.
+func openEvery(path string, interval time.Duration) (*Recorder, error) {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open timeline %s: %w", path, err)
 	}
-	r := &Recorder{file: f, stop: make(chan struct{}), done: make(chan struct{})}
-	go r.flushEvery(FlushInterval)
+	r := &Recorder{file: f, full: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go r.flushEvery(interval)
 	return r, nil
 }
 
@@ -59,7 +73,14 @@ func (r *Recorder) Mark(event string) {
 	r.mu.Lock()
 	r.buf = strconv.AppendInt(r.buf, now, 10)
 	r.buf = append(append(append(r.buf, ' '), event...), '\n')
+	full := len(r.buf) >= FlushSize
 	r.mu.Unlock()
+	if full {
+		select {
+		case r.full <- struct{}{}:
+		default: // the flusher has been told
+		}
+	}
 }
 
 // Flush writes the lines marked so far. One write of whole lines under
@@ -85,6 +106,8 @@ func (r *Recorder) flushEvery(d time.Duration) {
 		case <-r.stop:
 			return
 		case <-t.C:
+			_ = r.Flush()
+		case <-r.full:
 			_ = r.Flush()
 		}
 	}
@@ -134,4 +157,14 @@ func Mark(event string) {
 		return
 	}
 	fromEnv.Mark(event)
+}
+
+// Close writes what this process marked on the file CHATD_TIMELINE names
+// and stops marking: a service calls it as it stops, so that its last
+// FlushInterval of marks is not lost.
+func Close() error {
+	if !Enabled() || !on.CompareAndSwap(true, false) {
+		return nil
+	}
+	return fromEnv.Close()
 }
