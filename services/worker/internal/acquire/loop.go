@@ -223,29 +223,42 @@ func (l *Loop) Wake() {
 }
 
 // Released is called when one of this worker's runners for chatID has
-// exited: the chat may have left ownership and freed a limiter slot. It
-// runs a pass here at once and tells every other replica to run one too: a
-// chat refused for capacity waits for a slot, not for the periodic timer.
-// With the limiter on, that is the slot-freed notification (a full pass
-// everywhere, whichever chat was refused); without it, chat:ownership for
-// chatID, in case the runner left it runnable. It keeps working after Run
-// ended, so a draining worker still wakes the others.
+// exited: the chat may have left ownership and freed a limiter slot. With
+// the limiter on, it runs a pass here at once and tells every other
+// replica to run one too (the slot-freed notification: a full pass
+// everywhere, whichever chat was refused), so a chat refused for capacity
+// waits for a slot, not for the periodic timer. Without it a release frees
+// no slot, and only a chat the runner left runnable needs anyone: then it
+// runs a pass here and publishes chat:ownership for chatID. A turn that
+// ended (the usual exit) left the chat waiting, and nothing more is done:
+// no pass, no notification that would have every replica lock a chat with
+// nothing to run. It keeps working after Run ended, so a draining worker
+// still wakes the others.
 func (l *Loop) Released(chatID uuid.UUID) {
+	timeline.Mark("worker.released")
 	if !l.cfg.Limits.Unlimited() {
 		l.SlotsFreed()
-		return
-	}
-	l.Wake()
-	if l.nc == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	n := &chatdv1.OwnershipNotification{ChatId: chatID.String()}
-	if snap, err := l.machine.Get(ctx, chatID); err == nil {
+	snap, err := l.machine.Get(ctx, chatID)
+	if errors.Is(err, chatstate.ErrChatNotFound) {
+		return // deleted: nothing to run
+	}
+	if err == nil {
+		if !snap.State().Runnable() {
+			return
+		}
 		n = notify.OwnershipFromSnapshot(snap)
 	}
-	l.publish(n, chatID.String())
+	// Runnable, or unread: a pass here (NATS is only a hint) and the
+	// others told.
+	l.Wake()
+	if l.nc != nil {
+		l.publish(n, chatID.String())
+	}
 }
 
 // SlotsFreed runs a pass here and publishes the slot-freed notification, so
@@ -273,6 +286,7 @@ func (l *Loop) publish(n *chatdv1.OwnershipNotification, chatID string) {
 // single chats are logged and skipped; the error returned is the
 // candidate read's.
 func (l *Loop) Pass(ctx context.Context) (Stats, error) {
+	timeline.Mark("worker.pass")
 	var st Stats
 	began := time.Now()
 	defer func() { l.metrics.pass(time.Since(began)) }()

@@ -334,6 +334,53 @@ func TestReleaseWakesAcquisition(t *testing.T) {
 	require.Eventually(t, func() bool { return len(w.runners.Runners()) == 2 }, waitFor, tick)
 }
 
+// TestReleaseOfAFinishedTurnIsQuiet: without limits, a runner that exits
+// leaving its chat waiting (its turn ended) publishes nothing and runs no
+// pass, so no replica locks a chat with nothing to run; one that exits
+// leaving its chat runnable and unowned announces that chat, which is
+// acquired with no clock advance. Released runs on the test's goroutine,
+// the finished turn's first: the first notification names the runnable
+// chat.
+func TestReleaseOfAFinishedTurnIsQuiet(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	w := b.startWorker(t, acquire.Limits{})
+	require.Eventually(t, func() bool { return w.passes(t) >= 1 }, waitFor, tick)
+	passes := w.passes(t)
+	waiting := b.tenant.Chats(t, b.pool, 1, "waiting", nil)[0]
+	runnable := b.tenant.Chats(t, b.pool, 1, "running", nil)[0]
+
+	nc := natstest.Connect(t, b.url)
+	published := make(chan *chatdv1.OwnershipNotification, 16)
+	sub, err := nc.Subscribe(notify.OwnershipSubject, func(m *nats.Msg) {
+		n := &chatdv1.OwnershipNotification{}
+		if proto.Unmarshal(m.Data, n) == nil {
+			published <- n
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	defer func() { _ = sub.Unsubscribe() }()
+
+	w.loop.Released(waiting)
+	w.loop.Released(uuid.New()) // a chat deleted meanwhile: nobody to tell either
+	w.loop.Released(runnable)
+	select {
+	case n := <-published:
+		require.Equal(t, runnable.String(), n.GetChatId(), "the first chat:ownership after the releases")
+	case <-time.After(waitFor):
+		t.Fatal("no chat:ownership published for the chat left runnable")
+	}
+	require.Eventually(t, func() bool {
+		o, ok := b.owners(t, []uuid.UUID{runnable})[runnable]
+		return ok && o.ChatID == w.id
+	}, waitFor, tick, "the runnable chat was never acquired")
+	// One pass for the runnable chat (its Wake); the waiting chat's
+	// release ran none.
+	require.Eventually(t, func() bool { return w.passes(t) >= passes+1 }, waitFor, tick)
+	require.Equal(t, passes+1, w.passes(t))
+}
+
 // TestFreedSlotWakesAnotherReplica: a worker that frees a limiter slot
 // while it drains (its acquisition loop stopped, its runners finishing)
 // makes another replica run a full pass, which admits a chat refused for
