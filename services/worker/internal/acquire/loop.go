@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -103,6 +104,12 @@ type Loop struct {
 	// Wake's full passes are the safety net for dropped hints.
 	hints   chan uuid.UUID
 	metrics metrics
+
+	// runMu guards running: a release asks Run's passes to admit what a
+	// freed slot lets in while Run serves them, and the other replicas
+	// once it does not (Released).
+	runMu   sync.Mutex
+	running bool
 }
 
 // hintBuffer bounds the pending hints; past it a full pass is requested.
@@ -137,6 +144,8 @@ func New(pool *pgxpool.Pool, machine *chatstate.Machine, nc *nats.Conn, spawner 
 // arrives, Wake is called or the timer fires, until ctx ends. Passes never
 // overlap; wake-ups during a pass coalesce into one more pass.
 func (l *Loop) Run(ctx context.Context) error {
+	l.setRunning(true)
+	defer l.setRunning(false)
 	if l.nc != nil {
 		// The subscription should be live before the first pass reads the
 		// candidates, or a chat made runnable in between waits for the
@@ -213,6 +222,26 @@ func (l *Loop) hint(chatID string) {
 	}
 }
 
+// setRunning records whether Run serves passes. When Run stops with a
+// pass still asked for (a release may have asked just before), the other
+// replicas are told a slot is free, as a release after Run would.
+func (l *Loop) setRunning(running bool) {
+	l.runMu.Lock()
+	l.running = running
+	pending := false
+	if !running {
+		select {
+		case <-l.wake:
+			pending = true
+		default:
+		}
+	}
+	l.runMu.Unlock()
+	if pending && !l.cfg.Limits.Unlimited() && l.nc != nil {
+		l.publish(notify.SlotFreed(), "")
+	}
+}
+
 // Wake asks for a pass as soon as the current one (if any) ends. It never
 // blocks.
 func (l *Loop) Wake() {
@@ -223,21 +252,31 @@ func (l *Loop) Wake() {
 }
 
 // Released is called when one of this worker's runners for chatID has
-// exited: the chat may have left ownership and freed a limiter slot. With
-// the limiter on, it runs a pass here at once and tells every other
-// replica to run one too (the slot-freed notification: a full pass
-// everywhere, whichever chat was refused), so a chat refused for capacity
-// waits for a slot, not for the periodic timer. Without it a release frees
-// no slot, and only a chat the runner left runnable needs anyone: then it
-// runs a pass here and publishes chat:ownership for chatID. A turn that
-// ended (the usual exit) left the chat waiting, and nothing more is done:
-// no pass, no notification that would have every replica lock a chat with
-// nothing to run. It keeps working after Run ended, so a draining worker
-// still wakes the others.
+// exited: the chat may have left ownership and freed a limiter slot, so a
+// chat refused for capacity waits for a slot, not for the periodic timer.
+// With the limiter on, it runs a pass here at once: the limiter counts the
+// whole deployment, so this worker's pass admits whatever the slot lets
+// in, whichever replica refused it. Only when Run does not serve passes
+// here (a draining worker, whose runners finish their turns) are the
+// other replicas told (the slot-freed notification: a full pass
+// everywhere), which every turn's end would otherwise cost each of them.
+// Without the limiter a release frees no slot, and only a chat the runner
+// left runnable needs anyone: then it runs a pass here and publishes
+// chat:ownership for chatID. A turn that ended (the usual exit) left the
+// chat waiting, and nothing more is done: no pass, no notification that
+// would have every replica lock a chat with nothing to run.
 func (l *Loop) Released(chatID uuid.UUID) {
 	timeline.Mark("worker.released")
 	if !l.cfg.Limits.Unlimited() {
-		l.SlotsFreed()
+		l.runMu.Lock()
+		running := l.running
+		if running {
+			l.Wake()
+		}
+		l.runMu.Unlock()
+		if !running {
+			l.SlotsFreed()
+		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)

@@ -286,9 +286,10 @@ func TestLimiter(t *testing.T) {
 }
 
 // TestReleaseWakesAcquisition: when a runner is cleaned up, its worker
-// runs a pass at once and publishes the slot-freed chat:ownership (no
-// chat), so a chat refused for capacity is admitted without waiting for the
-// timer.
+// runs a pass at once, which admits a chat refused for capacity without
+// waiting for the timer; the limiter counts the whole deployment, so no
+// other replica is told. The test publishes a marker on chat:ownership
+// once the chat is admitted: it is the first notification there.
 func TestReleaseWakesAcquisition(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -320,18 +321,23 @@ func TestReleaseWakesAcquisition(t *testing.T) {
 	require.NoError(t, err)
 	w.mgr.RequestCleanup(owned.ChatID, owned.RunnerID)
 
-	select {
-	case n := <-published:
-		require.True(t, notify.IsSlotFreed(n), "got %v, want the slot-freed notification", n)
-	case <-time.After(waitFor):
-		t.Fatal("no chat:ownership published after the release")
-	}
 	// The refused chat is admitted with no clock advance.
 	require.Eventually(t, func() bool {
 		o, ok := b.owners(t, []uuid.UUID{other})[other]
 		return ok && o.ChatID == w.id
 	}, waitFor, tick)
 	require.Eventually(t, func() bool { return len(w.runners.Runners()) == 2 }, waitFor, tick)
+
+	marker := &chatdv1.OwnershipNotification{ChatId: uuid.NewString()}
+	data, err := proto.Marshal(marker)
+	require.NoError(t, err)
+	require.NoError(t, nc.Publish(notify.OwnershipSubject, data))
+	select {
+	case n := <-published:
+		require.Equal(t, marker.GetChatId(), n.GetChatId(), "a release with the loop running told the other replicas: %v", n)
+	case <-time.After(waitFor):
+		t.Fatal("the marker never came back")
+	}
 }
 
 // TestReleaseOfAFinishedTurnIsQuiet: without limits, a runner that exits
