@@ -285,6 +285,23 @@ func TestLimiter(t *testing.T) {
 	require.Equal(t, 10, sub)
 }
 
+// ownershipNotifications subscribes nc to chat:ownership, live when it
+// returns, until the test ends.
+func ownershipNotifications(t *testing.T, nc *nats.Conn) <-chan *chatdv1.OwnershipNotification {
+	t.Helper()
+	published := make(chan *chatdv1.OwnershipNotification, 16)
+	sub, err := nc.Subscribe(notify.OwnershipSubject, func(m *nats.Msg) {
+		n := &chatdv1.OwnershipNotification{}
+		if proto.Unmarshal(m.Data, n) == nil {
+			published <- n
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return published
+}
+
 // TestReleaseWakesAcquisition: when a runner is cleaned up, its worker
 // runs a pass at once, which admits a chat refused for capacity without
 // waiting for the timer; the limiter counts the whole deployment, so no
@@ -303,20 +320,11 @@ func TestReleaseWakesAcquisition(t *testing.T) {
 	}
 
 	nc := natstest.Connect(t, b.url)
-	published := make(chan *chatdv1.OwnershipNotification, 16)
-	sub, err := nc.Subscribe(notify.OwnershipSubject, func(m *nats.Msg) {
-		n := &chatdv1.OwnershipNotification{}
-		if proto.Unmarshal(m.Data, n) == nil {
-			published <- n
-		}
-	})
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	defer func() { _ = sub.Unsubscribe() }()
+	published := ownershipNotifications(t, nc)
 
 	// The owned chat's turn ends and its runner gives the chat up; the SQL
 	// write publishes nothing by itself.
-	_, err = b.pool.Exec(context.Background(),
+	_, err := b.pool.Exec(context.Background(),
 		`UPDATE chats SET status = 'waiting', worker_id = NULL, runner_id = NULL WHERE id = $1`, owned.ChatID)
 	require.NoError(t, err)
 	w.mgr.RequestCleanup(owned.ChatID, owned.RunnerID)
@@ -357,16 +365,7 @@ func TestReleaseOfAFinishedTurnIsQuiet(t *testing.T) {
 	runnable := b.tenant.Chats(t, b.pool, 1, "running", nil)[0]
 
 	nc := natstest.Connect(t, b.url)
-	published := make(chan *chatdv1.OwnershipNotification, 16)
-	sub, err := nc.Subscribe(notify.OwnershipSubject, func(m *nats.Msg) {
-		n := &chatdv1.OwnershipNotification{}
-		if proto.Unmarshal(m.Data, n) == nil {
-			published <- n
-		}
-	})
-	require.NoError(t, err)
-	require.NoError(t, nc.Flush())
-	defer func() { _ = sub.Unsubscribe() }()
+	published := ownershipNotifications(t, nc)
 
 	w.loop.Released(waiting)
 	w.loop.Released(uuid.New()) // a chat deleted meanwhile: nobody to tell either
