@@ -6,9 +6,10 @@
 // all of them lie on one time axis; each process writes its lines in
 // batches (every FlushInterval, or sooner once FlushSize bytes wait), so
 // the file is in time order only once sorted, and a reader waits for the
-// marks it needs (a process's last ones arrive up to FlushInterval late). Without CHATD_TIMELINE, Mark costs one atomic load; with it, an
-// append to a buffer: a stream replica may mark every write to thousands
-// of watchers without the marks costing as much as the writes.
+// marks it needs (a process's last ones arrive up to FlushInterval late).
+// Without CHATD_TIMELINE, Mark costs one atomic load; with it, an append
+// to a buffer: a stream replica may mark every write to thousands of
+// watchers without the marks costing as much as the writes.
 package timeline
 
 import (
