@@ -229,9 +229,8 @@ func awaitMarks(b *testing.B, path string, since time.Time, events ...string) {
 		missing := slices.Clone(events)
 		if err == nil {
 			for _, line := range strings.Split(string(data), "\n") {
-				at, event, ok := strings.Cut(line, " ")
-				us, err := strconv.ParseInt(at, 10, 64)
-				if ok && err == nil && us >= since.UnixMicro() {
+				us, event, ok := parseMark(line)
+				if ok && us >= since.UnixMicro() {
 					missing = slices.DeleteFunc(missing, func(e string) bool { return e == event })
 				}
 			}
@@ -245,6 +244,13 @@ func awaitMarks(b *testing.B, path string, since time.Time, events ...string) {
 		}
 		time.Sleep(20 * time.Millisecond) // the services flush on their own clock
 	}
+}
+
+// parseMark reads one timeline line, "<unix microseconds> <event>".
+func parseMark(line string) (us int64, event string, ok bool) {
+	at, event, ok := strings.Cut(line, " ")
+	us, err := strconv.ParseInt(at, 10, 64)
+	return us, event, ok && err == nil
 }
 
 // timelineHops reads a timeline file (pkg/telemetry/timeline) and lists, in
@@ -286,9 +292,7 @@ func timelineTurns(data string) []map[string]float64 {
 	}
 	var marks []mark
 	for _, line := range strings.Split(data, "\n") {
-		at, event, ok := strings.Cut(line, " ")
-		us, err := strconv.ParseInt(at, 10, 64)
-		if ok && err == nil {
+		if us, event, ok := parseMark(line); ok {
 			marks = append(marks, mark{us, event})
 		}
 	}

@@ -88,10 +88,18 @@ func TestPoolSize(t *testing.T) {
 // of waiting forever.
 func TestAcquireHasADeadline(t *testing.T) {
 	t.Parallel()
-	pool := newPool(t, dbtest.NewDatabase(t), dbpool.Settings{AcquireTimeout: 100 * time.Millisecond}, dbpool.Options{MaxConns: 1, MinConns: 1})
-	// The deadline bounds dialing too: let the pool dial its connection in
-	// the background first, so that a loaded machine's slow dial does not
-	// fail the acquisition the test holds.
+	// The acquire timeout bounds dialing too, unless the URL sets its own
+	// connect_timeout: this one does, and the pool dials its connection
+	// in the background first (MinConns), so that a loaded machine's slow
+	// dial fails neither that dial (retried only at the next health
+	// check) nor the acquisition the test holds.
+	url := dbtest.NewDatabase(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	url += sep + "connect_timeout=30"
+	pool := newPool(t, url, dbpool.Settings{AcquireTimeout: 100 * time.Millisecond}, dbpool.Options{MaxConns: 1, MinConns: 1})
 	require.Eventually(t, func() bool { return pool.Stat().IdleConns() == 1 }, 30*time.Second, 5*time.Millisecond)
 	held, err := pool.Acquire(context.Background())
 	require.NoError(t, err)
