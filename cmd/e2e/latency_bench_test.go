@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
+	"github.com/chatd/chatd/pkg/db/pgcluster"
 	"github.com/chatd/chatd/pkg/service/servicetest"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
@@ -44,11 +45,14 @@ import (
 // CHATD_BENCH_TIMELINE=<file> keeps the raw timeline. CHATD_BENCH_SERVICE_ENV
 // adds settings to every service ("K=V K=V"). The stack serves
 // CHATD_BENCH_WARMUP turns (3) before the measured ones.
+// CHATD_BENCH_PG_STATEMENTS=1 also reports the server's time per turn and
+// the statements that took most of it (pgstatements_bench_test.go).
 func BenchmarkSendToFirstPart(b *testing.B) {
 	stages := os.Getenv("CHATD_BENCH_STAGES") != "0"
 	// A private cluster with fsync on: what production runs, and no other
 	// test's connections or transactions in the figures.
-	opts := stacktest.Options{Streams: 1, DatabaseURL: durableCluster(b)}
+	_, dbURL := privateCluster(b, pgcluster.Options{Durable: true, TrackStatements: trackStatements()})
+	opts := stacktest.Options{Streams: 1, DatabaseURL: dbURL}
 	workerMetrics := ""
 	if stages {
 		workerMetrics = servicetest.FreeAddr(b)
@@ -76,6 +80,9 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	conn, err := pgx.Connect(ctx, s.DatabaseURL)
 	require.NoError(b, err)
 	defer conn.Close(context.Background())
+	if trackStatements() {
+		startStatements(ctx, b, conn)
+	}
 	chatID := s.Post(b, "/api/v2/chats", `{}`)["id"].(string)
 	events, closeEvents := s.OpenSSE(b, s.Streams[0], chatID, "")
 	defer closeEvents()
@@ -154,6 +161,9 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	for range envInt("CHATD_BENCH_WARMUP", 3) {
 		turn(false)
 	}
+	if trackStatements() {
+		resetStatements(ctx, b, conn)
+	}
 	b.ResetTimer()
 	var lastStart time.Time
 	for i := 0; i < b.N; i++ {
@@ -168,7 +178,7 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 		// prompt, when the worker's Acquire bundle wrote its lease.
 		b.StopTimer()
 		var promptAt, leaseAt time.Time
-		require.NoError(b, conn.QueryRow(ctx, `SELECT
+		require.NoError(b, conn.QueryRow(ctx, benchOwnQuery+`SELECT
 			(SELECT created_at FROM chat_messages WHERE chat_id = $1 AND role = 'user' ORDER BY id DESC LIMIT 1),
 			(SELECT max(heartbeat_at) FROM chat_heartbeats WHERE chat_id = $1)`, chatID).Scan(&promptAt, &leaseAt))
 		apiBundle = append(apiBundle, promptAt.Sub(start))
@@ -204,6 +214,9 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 		b.N, p50(apiBundle), p50(post), p50(acquired), p50(running), ms(lat[len(lat)/2]))
 	if stages {
 		b.Logf("worker stage means over %d turns: %s", b.N, stageMeans(scrape(b, workerMetrics)))
+	}
+	if trackStatements() {
+		reportStatements(ctx, b, conn, b.N)
 	}
 	if err := marks.Flush(); err != nil {
 		b.Logf("timeline: %v", err)

@@ -46,6 +46,11 @@ type Options struct {
 	Socket bool
 	// MaxConnections defaults to 300.
 	MaxConnections int
+	// TrackStatements preloads pg_stat_statements (planning time
+	// included), so that a benchmark can report each statement's server
+	// time: CREATE EXTENSION pg_stat_statements in a database to read it.
+	// The library comes with Debian's postgresql package.
+	TrackStatements bool
 }
 
 // Start starts the cluster in dir, creating it with initdb when dir/data
@@ -96,6 +101,9 @@ func Start(dir string, opts Options) (c *Cluster, err error) {
 		maxConns = 300
 	}
 	settings := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s -c max_connections=%d", port, socketDir, maxConns)
+	if opts.TrackStatements {
+		settings += " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
+	}
 	if !opts.Durable {
 		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}

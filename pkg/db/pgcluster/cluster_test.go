@@ -81,3 +81,28 @@ func clusterDir(t *testing.T) string {
 	require.NoError(t, err)
 	return dir
 }
+
+// TestTrackStatementsRecordsServerTime: with TrackStatements a database
+// can read each statement's calls and execution time, which the latency
+// benchmark reports (CHATD_BENCH_PG_STATEMENTS).
+func TestTrackStatementsRecordsServerTime(t *testing.T) {
+	ctx := context.Background()
+	c, err := pgcluster.Start(clusterDir(t), pgcluster.Options{TrackStatements: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Remove() })
+	conn, err := pgx.Connect(ctx, c.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE EXTENSION pg_stat_statements")
+	require.NoError(t, err)
+	for range 3 {
+		_, err = conn.Exec(ctx, "SELECT count(*) FROM pg_class WHERE relname = $1", "pg_proc")
+		require.NoError(t, err)
+	}
+	var calls int64
+	var execMs float64
+	require.NoError(t, conn.QueryRow(ctx, `SELECT calls, total_exec_time FROM pg_stat_statements
+		WHERE query = 'SELECT count(*) FROM pg_class WHERE relname = $1'`).Scan(&calls, &execMs))
+	require.EqualValues(t, 3, calls)
+	require.Greater(t, execMs, 0.0)
+}
