@@ -65,8 +65,8 @@ func reportStatements(ctx context.Context, b *testing.B, conn *pgx.Conn, turns i
 		name := strings.Join(strings.Fields(query), " ")
 		if m := statementName.FindStringSubmatch(query); m != nil {
 			name = m[1]
-		} else if len(name) > 40 {
-			name = name[:40] + "…"
+		} else if r := []rune(name); len(r) > 40 {
+			name = string(r[:40]) + "…"
 		}
 		most = append(most, fmt.Sprintf("%s %.1f× %.3f ms (plan %.3f)", name, float64(n)/float64(turns), exec/float64(n), plan/float64(n)))
 	}
