@@ -51,7 +51,8 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	stages := os.Getenv("CHATD_BENCH_STAGES") != "0"
 	// A private cluster with fsync on: what production runs, and no other
 	// test's connections or transactions in the figures.
-	_, dbURL := privateCluster(b, pgcluster.Options{Durable: true, TrackStatements: trackStatements()})
+	tracked := trackStatements()
+	_, dbURL := privateCluster(b, pgcluster.Options{Durable: true, TrackStatements: tracked})
 	opts := stacktest.Options{Streams: 1, DatabaseURL: dbURL}
 	workerMetrics := ""
 	if stages {
@@ -80,7 +81,7 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	conn, err := pgx.Connect(ctx, s.DatabaseURL)
 	require.NoError(b, err)
 	defer conn.Close(context.Background())
-	if trackStatements() {
+	if tracked {
 		startStatements(ctx, b, conn)
 	}
 	chatID := s.Post(b, "/api/v2/chats", `{}`)["id"].(string)
@@ -161,7 +162,7 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	for range envInt("CHATD_BENCH_WARMUP", 3) {
 		turn(false)
 	}
-	if trackStatements() {
+	if tracked {
 		resetStatements(ctx, b, conn)
 	}
 	b.ResetTimer()
@@ -215,7 +216,7 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	if stages {
 		b.Logf("worker stage means over %d turns: %s", b.N, stageMeans(scrape(b, workerMetrics)))
 	}
-	if trackStatements() {
+	if tracked {
 		reportStatements(ctx, b, conn, b.N)
 	}
 	if err := marks.Flush(); err != nil {

@@ -50,11 +50,7 @@ func TestSessionsCarryTheTimeouts(t *testing.T) {
 	require.Equal(t, "30s", show(t, pool, "idle_in_transaction_session_timeout"))
 
 	// A URL that sets one keeps its own.
-	sep := "?"
-	if strings.Contains(u, "?") {
-		sep = "&"
-	}
-	pool = newPool(t, u+sep+"statement_timeout=1234", dbpool.Settings{}, dbpool.Options{})
+	pool = newPool(t, withParam(u, "statement_timeout=1234"), dbpool.Settings{}, dbpool.Options{})
 	require.Equal(t, "1234ms", show(t, pool, "statement_timeout"))
 }
 
@@ -93,12 +89,7 @@ func TestAcquireHasADeadline(t *testing.T) {
 	// in the background first (MinConns), so that a loaded machine's slow
 	// dial fails neither that dial (retried only at the next health
 	// check) nor the acquisition the test holds.
-	url := dbtest.NewDatabase(t)
-	sep := "?"
-	if strings.Contains(url, "?") {
-		sep = "&"
-	}
-	url += sep + "connect_timeout=30"
+	url := withParam(dbtest.NewDatabase(t), "connect_timeout=30")
 	pool := newPool(t, url, dbpool.Settings{AcquireTimeout: 100 * time.Millisecond}, dbpool.Options{MaxConns: 1, MinConns: 1})
 	require.Eventually(t, func() bool { return pool.Stat().IdleConns() == 1 }, 30*time.Second, 5*time.Millisecond)
 	held, err := pool.Acquire(context.Background())
@@ -159,4 +150,12 @@ func requireCode(t *testing.T, err error, code string) {
 	var pgErr *pgconn.PgError
 	require.True(t, errors.As(err, &pgErr), "want Postgres error %s, got %v", code, err)
 	require.Equal(t, code, pgErr.Code)
+}
+
+// withParam adds the query parameter kv ("key=value") to a database URL.
+func withParam(url, kv string) string {
+	if strings.Contains(url, "?") {
+		return url + "&" + kv
+	}
+	return url + "?" + kv
 }
