@@ -2,7 +2,9 @@ package chatapi
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -159,7 +161,7 @@ func (j singleValueJSON) NewDecoder(r io.Reader) runtime.Decoder {
 	}
 	return runtime.DecoderFunc(func(v any) error {
 		if err := dw.Decode(v); err != nil {
-			return err
+			return syntaxSentence(err)
 		}
 		if _, err := dw.Decoder.Token(); !errors.Is(err, io.EOF) {
 			return errTrailingData
@@ -169,3 +171,16 @@ func (j singleValueJSON) NewDecoder(r io.Reader) runtime.Decoder {
 }
 
 var errTrailingData = errors.New("The request body must be a single JSON value; there is more after it.")
+
+// syntaxSentence words a body that is not JSON at all: the gateway reads
+// it with encoding/json before protojson sees it, and encoding/json's
+// error ("invalid character 'A' looking for beginning of value") is a
+// parser's, not a sentence for the caller. Other errors pass through
+// (decodeMessage words protojson's).
+func syntaxSentence(err error) error {
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("The request body is not valid JSON: its syntax breaks at byte %d (see /api/v2/openapi.json).", se.Offset)
+	}
+	return err
+}

@@ -1,0 +1,131 @@
+package chatapi_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/stretchr/testify/require"
+)
+
+// fuzzRoutes are the REST endpoints FuzzREST sends to, one per method and
+// path of the OpenAPI document; {segment} is the fuzzed path segment,
+// {chat} a chat of the caller's, {org} the caller's organization.
+var fuzzRoutes = []struct{ method, path string }{
+	{"GET", "/api/v2/chats"},
+	{"POST", "/api/v2/chats"},
+	{"GET", "/api/v2/chats/providers"},
+	{"POST", "/api/v2/chats/providers"},
+	{"DELETE", "/api/v2/chats/providers/{segment}"},
+	{"PATCH", "/api/v2/chats/providers/{segment}"},
+	{"GET", "/api/v2/chats/{segment}"},
+	{"PATCH", "/api/v2/chats/{chat}"},
+	{"POST", "/api/v2/chats/{chat}/clear"},
+	{"POST", "/api/v2/chats/{chat}/compact"},
+	{"POST", "/api/v2/chats/{segment}/interrupt"},
+	{"GET", "/api/v2/chats/{chat}/messages"},
+	{"POST", "/api/v2/chats/{chat}/messages"},
+	{"PATCH", "/api/v2/chats/{chat}/messages/{segment}"},
+	{"DELETE", "/api/v2/chats/{chat}/queue/{segment}"},
+	{"POST", "/api/v2/chats/{chat}/queue/{segment}/promote"},
+	{"POST", "/api/v2/chats/{chat}/reconcile-invalid"},
+	{"POST", "/api/v2/chats/{chat}/tool-results"},
+	{"GET", "/api/v2/organizations/{org}/chats/mcp-servers"},
+	{"POST", "/api/v2/organizations/{org}/chats/mcp-servers"},
+	{"GET", "/api/v2/organizations/{org}/chats/mcp-servers/{segment}"},
+	{"DELETE", "/api/v2/organizations/{org}/chats/mcp-servers/{segment}"},
+	{"PATCH", "/api/v2/organizations/{org}/chats/mcp-servers/{segment}"},
+	{"GET", "/api/v2/organizations/{org}/chats/model-configs"},
+	{"POST", "/api/v2/organizations/{org}/chats/model-configs"},
+	{"DELETE", "/api/v2/organizations/{org}/chats/model-configs/{segment}"},
+	{"PATCH", "/api/v2/organizations/{org}/chats/model-configs/{segment}"},
+	{"GET", "/api/v2/organizations/{org}/chats/model-overrides/{segment}"},
+	{"DELETE", "/api/v2/organizations/{org}/chats/model-overrides/{segment}"},
+	{"PUT", "/api/v2/organizations/{org}/chats/model-overrides/{segment}"},
+	{"GET", "/api/v2/organizations/{segment}/chats/models"},
+	{"GET", "/api/v2/projects"},
+	{"POST", "/api/v2/projects"},
+	{"GET", "/api/v2/users/me/chats/compaction-thresholds"},
+	{"GET", "/api/v2/users/me/chats/compaction-thresholds/{segment}"},
+	{"DELETE", "/api/v2/users/me/chats/compaction-thresholds/{segment}"},
+	{"PUT", "/api/v2/users/me/chats/compaction-thresholds/{segment}"},
+	{"GET", "/api/v2/users/me/chats/model-overrides/{segment}"},
+	{"DELETE", "/api/v2/users/me/chats/model-overrides/{segment}"},
+	{"PUT", "/api/v2/users/me/chats/model-overrides/{segment}"},
+	{"GET", "/api/v2/files/{segment}"},
+}
+
+// fuzzParams are the query parameters FuzzREST sets: every one a list or
+// page endpoint reads, and one no endpoint knows.
+var fuzzParams = []string{"page_size", "page_token", "archived", "before", "after", "project_id", "q", "unknown"}
+
+// internalWords are what a parser, gRPC, Go's conversions or the database
+// would say; none of them may reach a caller.
+var internalWords = []string{
+	"strconv", "proto:", "grpc:", "invalid character", "json:", "unexpected EOF", "SQLSTATE",
+	"pgx", "ERROR:", "syntax error", "invalid byte sequence", "type mismatch", "parsing field",
+	"runtime error", "panic", "goroutine", "0x00",
+}
+
+// FuzzREST sends any body, path segment and query value to every REST
+// endpoint as an administrator of the caller's organization: the answer is
+// never a 5xx, and a refusal is the error shape (a reason and a sentence)
+// in the api's own words. Under plain go test it runs its seeds, the
+// hostile cases of TestHostileInput spread over the endpoints; with -fuzz
+// it explores (see the README's "Tests").
+func FuzzREST(f *testing.F) {
+	a := startAPI(f)
+	chatID := a.createChat("fuzzed")
+	token := a.adminToken(a.user)
+	seeds := []string{
+		``, `{}`, `null`, `[]`, `"x"`, `{"title":5}`, `{"title":"a\u0000b"}`, "{\"title\":\"a\xffb\"}",
+		`{"title":"x"}xyz`, `{"content":[{"type":"text","text":"hi"}]}`, `{"content":[{"type":"file","file_id":"nope"}]}`,
+		`{"content":[{"type":"image"}]}`, `{"results":[{"tool_call_id":"c","output":{}}]}`, `{"model":"m","provider_id":"p"}`,
+		`{"provider_type":"openai","display_name":"d","api_key":"k"}`, `{"name":"n","url":"http://[::1"}`,
+		`{"threshold_percent":"abc"}`, `{"threshold_percent":1e999}`, `{"model_config_id":"` + uuid.NewString() + `"}`,
+		strings.Repeat(`[`, 10000), `{"a":` + strings.Repeat(`{"a":`, 200) + `1` + strings.Repeat(`}`, 201),
+	}
+	segments := []string{"", "1", "-1", "abc", uuid.NewString(), chatID.String(), "%00", "..", "a/b", "\xff", "99999999999999999999", "agent"}
+	values := []string{"", "0", "-1", "abc", "1.5", "true", "maybe", "\x00", "\xff", strings.Repeat("A", 4096), "99999999999999999999"}
+	for i, body := range seeds {
+		f.Add(uint8(i*7), segments[i%len(segments)], uint8(i), values[i%len(values)], []byte(body))
+	}
+	for i := range fuzzRoutes {
+		f.Add(uint8(i), segments[i%len(segments)], uint8(i), values[(i+3)%len(values)], []byte(seeds[i%len(seeds)]))
+	}
+	f.Fuzz(func(t *testing.T, route uint8, segment string, param uint8, value string, body []byte) {
+		r := fuzzRoutes[int(route)%len(fuzzRoutes)]
+		path := fmtRoute(r.path, url.PathEscape(segment), chatID.String(), a.user.org.String())
+		q := url.Values{fuzzParams[int(param)%len(fuzzParams)]: {value}}
+		req, err := http.NewRequest(r.method, a.base+path+"?"+q.Encode(), strings.NewReader(string(body)))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		what := r.method + " " + path
+		require.Less(t, resp.StatusCode, 500, "%s: %s", what, raw)
+		if resp.StatusCode < 400 {
+			return
+		}
+		var refusal struct{ Reason, Message string }
+		require.NoError(t, json.Unmarshal(raw, &refusal), "%s: a refusal is JSON: %s", what, raw)
+		require.NotEmpty(t, refusal.Reason, "%s: %s", what, raw)
+		require.NotEmpty(t, refusal.Message, "%s: %s", what, raw)
+		for _, word := range internalWords {
+			require.NotContains(t, refusal.Message, word, "%s: %s", what, raw)
+		}
+	})
+}
+
+// fmtRoute fills a fuzzRoutes path: segment, chat and organization.
+func fmtRoute(path, segment, chat, org string) string {
+	return strings.NewReplacer("{segment}", segment, "{chat}", chat, "{org}", org).Replace(path)
+}
