@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http/httpguts"
 )
 
 // fuzzRoutes are the REST endpoints FuzzREST sends to, one per method and
@@ -105,24 +106,66 @@ func FuzzREST(f *testing.F) {
 		require.NoError(t, err)
 		req.Header.Set("Authorization", "Bearer "+token)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		what := r.method + " " + path
-		require.Less(t, resp.StatusCode, 500, "%s: %s", what, raw)
-		if resp.StatusCode < 400 {
-			return
-		}
-		var refusal struct{ Reason, Message string }
-		require.NoError(t, json.Unmarshal(raw, &refusal), "%s: a refusal is JSON: %s", what, raw)
-		require.NotEmpty(t, refusal.Reason, "%s: %s", what, raw)
-		require.NotEmpty(t, refusal.Message, "%s: %s", what, raw)
-		for _, word := range internalWords {
-			require.NotContains(t, refusal.Message, word, "%s: %s", what, raw)
-		}
+		requireWorded(t, r.method+" "+path, req)
 	})
+}
+
+// FuzzUpload sends any file name, media type, Content-Disposition and
+// bytes to POST /api/v2/files: a stored file or a worded 4xx, never a 5xx.
+func FuzzUpload(f *testing.F) {
+	a := startAPI(f)
+	f.Add("a.txt", "text/plain", "", []byte("hello"))
+	f.Add("", "", `attachment; filename="b.png"`, []byte("\x89PNG\r\n\x1a\n"))
+	f.Add("a%FF.txt", "text/plain; charset=\xff", `attachment; filename*=UTF-8''%FF`, []byte{0, 1, 2})
+	f.Add("../../etc/passwd", "multipart/form-data; boundary=", "inline", []byte("--\r\n"))
+	f.Add(strings.Repeat("n", 1000), "image/svg+xml", `attachment; filename="x.svg"`, []byte("<svg onload=alert(1)>"))
+	f.Fuzz(func(t *testing.T, name, mediaType, disposition string, body []byte) {
+		req, err := http.NewRequest("POST", a.base+"/api/v2/files?"+url.Values{"name": {name}}.Encode(), strings.NewReader(string(body)))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+a.user.token)
+		req.Header.Set("Content-Type", mediaType)
+		if disposition != "" {
+			req.Header.Set("Content-Disposition", disposition)
+		}
+		if !validHeaders(req.Header) {
+			t.Skip("no HTTP client can send these header values")
+		}
+		requireWorded(t, "POST /api/v2/files", req)
+	})
+}
+
+// validHeaders reports whether every header value is one HTTP allows.
+func validHeaders(h http.Header) bool {
+	for _, vs := range h {
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// requireWorded sends req and requires a success or a 4xx refusal in the
+// error shape (a reason and a sentence) in the api's own words.
+func requireWorded(t *testing.T, what string, req *http.Request) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Less(t, resp.StatusCode, 500, "%s: %s", what, raw)
+	if resp.StatusCode < 400 {
+		return
+	}
+	var refusal struct{ Reason, Message string }
+	require.NoError(t, json.Unmarshal(raw, &refusal), "%s: a refusal is JSON: %s", what, raw)
+	require.NotEmpty(t, refusal.Reason, "%s: %s", what, raw)
+	require.NotEmpty(t, refusal.Message, "%s: %s", what, raw)
+	for _, word := range internalWords {
+		require.NotContains(t, refusal.Message, word, "%s: %s", what, raw)
+	}
 }
 
 // fmtRoute fills a fuzzRoutes path: segment, chat and organization.
