@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http/httpguts"
 )
@@ -64,6 +63,9 @@ var fuzzRoutes = []struct{ method, path string }{
 // page endpoint reads, and one no endpoint knows.
 var fuzzParams = []string{"page_size", "page_token", "archived", "before", "after", "project_id", "q", "unknown"}
 
+// fuzzUUID is an ID no resource has, so the seeds are the same every run.
+const fuzzUUID = "5f1d1e0c-9d3a-4c51-8a39-2f6a1b7e0c42"
+
 // internalWords are what a parser, gRPC, Go's conversions or the database
 // would say; none of them may reach a caller.
 var internalWords = []string{
@@ -75,9 +77,10 @@ var internalWords = []string{
 // FuzzREST sends any body, path segment and query value to every REST
 // endpoint as an administrator of the caller's organization: the answer is
 // never a 5xx, and a refusal is the error shape (a reason and a sentence)
-// in the api's own words. Under plain go test it runs its seeds, the
-// hostile cases of TestHostileInput spread over the endpoints; with -fuzz
-// it explores (see the README's "Tests").
+// in the api's own words. Under plain go test it runs its seeds (bodies,
+// segments and values like TestHostileInput's, spread over the endpoints)
+// and the inputs it found; with -fuzz it explores (see the README's
+// "Tests").
 func FuzzREST(f *testing.F) {
 	a := startAPI(f)
 	chatID := a.createChat("fuzzed")
@@ -87,10 +90,10 @@ func FuzzREST(f *testing.F) {
 		`{"title":"x"}xyz`, `{"content":[{"type":"text","text":"hi"}]}`, `{"content":[{"type":"file","file_id":"nope"}]}`,
 		`{"content":[{"type":"image"}]}`, `{"results":[{"tool_call_id":"c","output":{}}]}`, `{"model":"m","provider_id":"p"}`,
 		`{"provider_type":"openai","display_name":"d","api_key":"k"}`, `{"name":"n","url":"http://[::1"}`,
-		`{"threshold_percent":"abc"}`, `{"threshold_percent":1e999}`, `{"model_config_id":"` + uuid.NewString() + `"}`,
+		`{"threshold_percent":"abc"}`, `{"threshold_percent":1e999}`, `{"model_config_id":"` + fuzzUUID + `"}`,
 		strings.Repeat(`[`, 10000), `{"a":` + strings.Repeat(`{"a":`, 200) + `1` + strings.Repeat(`}`, 201),
 	}
-	segments := []string{"", "1", "-1", "abc", uuid.NewString(), chatID.String(), "%00", "..", "a/b", "\xff", "99999999999999999999", "agent"}
+	segments := []string{"", "1", "-1", "abc", fuzzUUID, chatID.String(), "%00", "..", "a/b", "\xff", "99999999999999999999", "agent"}
 	values := []string{"", "0", "-1", "abc", "1.5", "true", "maybe", "\x00", "\xff", strings.Repeat("A", 4096), "99999999999999999999"}
 	for i, body := range seeds {
 		f.Add(uint8(i*7), segments[i%len(segments)], uint8(i), values[i%len(values)], []byte(body))
