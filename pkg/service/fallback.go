@@ -9,11 +9,11 @@ import (
 	"github.com/chatd/chatd/pkg/httperror"
 )
 
-// withErrorBodies answers the requests mux has no route for — no pattern
+// WithErrorBodies answers the requests mux has no route for — no pattern
 // matches the path (404), or one matches it for other methods (405) — with
 // the error body of every other chatd answer (pkg/httperror) instead of
 // net/http's plain text, so a client reads one shape from every service.
-func withErrorBodies(mux *http.ServeMux) http.Handler {
+func WithErrorBodies(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pattern := mux.Handler(r); pattern != "" {
 			mux.ServeHTTP(w, r)

@@ -177,7 +177,7 @@ func Run(ctx context.Context, opts Options) error {
 	var hsrv *http.Server
 	if hlis != nil {
 		running++
-		hsrv = &http.Server{Handler: opts.CORS.Wrap(withErrorBodies(mux)), ReadHeaderTimeout: 10 * time.Second}
+		hsrv = &http.Server{Handler: opts.CORS.Wrap(WithErrorBodies(mux)), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			err := hsrv.Serve(hlis)
 			if errors.Is(err, http.ErrServerClosed) {

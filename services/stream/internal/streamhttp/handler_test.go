@@ -26,6 +26,7 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/natstest"
 	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/services/stream/internal/streamhttp"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 const secret = "a-secret-of-at-least-thirty-two-bytes!!"
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	pool   *pgxpool.Pool
 	nc     *nats.Conn // the test's side: transitions publish on it
@@ -52,7 +53,7 @@ func newEnv(t *testing.T) *env { return newEnvWith(t, true, nil) }
 // newEnvWith builds the server; publish says whether transitions notify
 // (false: every notification is dropped), poller is the sync poller to use
 // (nil: a per-connection poll every 10 s).
-func newEnvWith(t *testing.T, publish bool, poller *streamhttp.Poller, opts ...func(*streamhttp.Server)) *env {
+func newEnvWith(t testing.TB, publish bool, poller *streamhttp.Poller, opts ...func(*streamhttp.Server)) *env {
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	nc := natstest.NewConn(t)
@@ -85,7 +86,8 @@ func newEnvWith(t *testing.T, publish bool, poller *streamhttp.Poller, opts ...f
 	}
 	mux := http.NewServeMux()
 	s.Register(mux)
-	e.srv = httptest.NewServer(mux)
+	// Unrouted requests answer as in production (service.Run).
+	e.srv = httptest.NewServer(service.WithErrorBodies(mux))
 	t.Cleanup(e.srv.Close)
 	return e
 }
@@ -455,7 +457,7 @@ func (e *env) errorBody(req *http.Request) (int, string) {
 	return resp.StatusCode, readErrorBody(e.t, resp)
 }
 
-func readErrorBody(t *testing.T, resp *http.Response) string {
+func readErrorBody(t testing.TB, resp *http.Response) string {
 	t.Helper()
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"), "an error, not a stream")
 	var body struct {
