@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/httperror/httperrortest"
 )
 
 // TestHostileInput: malformed bodies and parameters on every kind of
@@ -95,10 +96,7 @@ func TestHostileInput(t *testing.T) {
 		require.Less(t, r.code, 500, "%s: %s", c.name, r.raw)
 		msg := r.str("message")
 		require.Contains(t, msg, c.contains, "%s: %s", c.name, r.raw)
-		for _, internal := range []string{"strconv", "proto:", "grpc:", "0x00", "invalid byte sequence", "type mismatch", "parsing field", "invalid character", "looking for"} {
-			require.NotContains(t, msg, internal, c.name)
-		}
-		require.NotEmpty(t, r.str("reason"), c.name)
+		httperrortest.RequireWorded(t, c.name, r.code, r.raw)
 	}
 	for _, name := range []string{"a%FF.txt", "a%00.txt"} {
 		r := a.upload(a.user, name, "text/plain", "x")
