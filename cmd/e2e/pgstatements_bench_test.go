@@ -47,14 +47,16 @@ var statementName = regexp.MustCompile(`^-- name: (\w+)`)
 // reportStatements logs the server's time per turn over turns and the
 // statements that took the most of it.
 func reportStatements(ctx context.Context, b *testing.B, conn *pgx.Conn, turns int) {
-	const ours = `dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE '/* bench */%'`
+	// $1: the benchmark's own statements, left out.
+	const ours = `dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE $1`
+	mine := benchOwnQuery + "%"
 	var calls int64
 	var execMs, planMs float64
 	require.NoError(b, conn.QueryRow(ctx, benchOwnQuery+`SELECT coalesce(sum(calls), 0)::bigint,
-		coalesce(sum(total_exec_time), 0), coalesce(sum(total_plan_time), 0) FROM pg_stat_statements WHERE `+ours).
+		coalesce(sum(total_exec_time), 0), coalesce(sum(total_plan_time), 0) FROM pg_stat_statements WHERE `+ours, mine).
 		Scan(&calls, &execMs, &planMs))
 	rows, err := conn.Query(ctx, benchOwnQuery+`SELECT query, calls, total_exec_time, total_plan_time
-		FROM pg_stat_statements WHERE `+ours+` ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`)
+		FROM pg_stat_statements WHERE `+ours+` ORDER BY total_exec_time + total_plan_time DESC LIMIT 12`, mine)
 	require.NoError(b, err)
 	var most []string
 	for rows.Next() {

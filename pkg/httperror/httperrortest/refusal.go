@@ -5,9 +5,11 @@ package httperrortest
 
 import (
 	"encoding/json"
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http/httpguts"
 )
 
 // InternalWords are what a parser, gRPC, Go's conversions, the runtime or
@@ -34,4 +36,17 @@ func RequireWorded(t testing.TB, what string, status int, body []byte) {
 	for _, word := range InternalWords {
 		require.NotContains(t, refusal.Message, word, "%s: %s", what, body)
 	}
+}
+
+// Sendable reports whether an HTTP client can send every value of h: a
+// fuzz target skips the inputs it cannot, which never reach a server.
+func Sendable(h http.Header) bool {
+	for _, vs := range h {
+		for _, v := range vs {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return false
+			}
+		}
+	}
+	return true
 }
