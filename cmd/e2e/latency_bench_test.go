@@ -47,6 +47,9 @@ import (
 // CHATD_BENCH_WARMUP turns (3) before the measured ones.
 // CHATD_BENCH_PG_STATEMENTS=1 also reports the server's time per turn and
 // the statements that took most of it (pgstatements_bench_test.go).
+// host_rtt_p50_ms is the host's anchor measured in the same run: the p50 of
+// a Postgres round trip after a millisecond idle (idleRoundTrips), before
+// and after the turns.
 func BenchmarkSendToFirstPart(b *testing.B) {
 	stages := os.Getenv("CHATD_BENCH_STAGES") != "0"
 	// A private cluster with fsync on: what production runs, and no other
@@ -162,6 +165,10 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	for range envInt("CHATD_BENCH_WARMUP", 3) {
 		turn(false)
 	}
+	// The host's anchor, before the turns and after them (the host's
+	// hour can change within a run): idleRoundTrips.
+	hostRTT, err := idleRoundTrips(ctx, conn, hostAnchorTrips, nil)
+	require.NoError(b, err)
 	if tracked {
 		resetStatements(ctx, b, conn)
 	}
@@ -195,6 +202,8 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 		}
 	}
 	b.StopTimer()
+	hostRTT, err = idleRoundTrips(ctx, conn, hostAnchorTrips, hostRTT)
+	require.NoError(b, err)
 	slices.Sort(lat)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(ms(lat[len(lat)/2]), "p50_ms")
@@ -210,6 +219,7 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	b.ReportMetric(p50(post), "post_p50_ms")
 	b.ReportMetric(p50(running), "running_p50_ms")
 	b.ReportMetric(p50(acquired), "acquire_p50_ms")
+	b.ReportMetric(p50(hostRTT), "host_rtt_p50_ms")
 	b.ReportMetric(0, "ns/op")
 	b.Logf("stage p50s from the POST's start over %d turns: api bundle %.2fms, POST answered %.2fms, Acquire bundle %.2fms, status running at the client %.2fms, first part at the client %.2fms",
 		b.N, p50(apiBundle), p50(post), p50(acquired), p50(running), ms(lat[len(lat)/2]))
