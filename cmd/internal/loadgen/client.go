@@ -274,6 +274,14 @@ type turnResult struct {
 	reuse        bool
 }
 
+// seen says whether the reply was seen, for a failure's detail.
+func seen(reply bool) string {
+	if reply {
+		return "came"
+	}
+	return "never came"
+}
+
 // errorReasonWait bounds the wait for the error event that follows a
 // status error (the stream sends the reason after the status).
 const errorReasonWait = 2 * time.Second
@@ -308,6 +316,7 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 	msgID := int64(sent.Message.ID)
 	var firstPart time.Time
 	sawUser, sawReply, sawErrorStatus := false, false, false
+	lastStatus := "" // the turn's, after its message came
 	var reasonTimer <-chan time.Time
 	fail := func(kind, detail string, reuse bool) turnResult {
 		return turnResult{kind: kind, detail: detail, reuse: reuse}
@@ -324,7 +333,8 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 			if firstPart.IsZero() && !sawReply {
 				return fail("timeout waiting for the first part", fmt.Sprintf("no part of the reply within %s", r.cfg.TurnTimeout), false)
 			}
-			return fail("timeout waiting for the end of the turn", fmt.Sprintf("the turn did not end within %s", r.cfg.TurnTimeout), false)
+			return fail("timeout waiting for the end of the turn", fmt.Sprintf("the turn did not end within %s (chat %s, message %d: the reply %s, last status %q)",
+				r.cfg.TurnTimeout, c.id, msgID, seen(sawReply), lastStatus), false)
 		case <-reasonTimer:
 			return fail("chat error", "the chat's status became error (no reason followed)", true)
 		case it := <-c.events:
@@ -360,6 +370,7 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 				if !sawUser || ev.Status == nil {
 					continue
 				}
+				lastStatus = ev.Status.Status
 				switch ev.Status.Status {
 				case "error":
 					sawErrorStatus = true
