@@ -77,12 +77,20 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+path, bytes.NewReader(raw))
+	return c.do(ctx, http.MethodPost, path, bytes.NewReader(raw), out)
+}
+
+// do sends one request of the REST API and decodes its JSON answer into
+// out; an answer other than 2xx is an *HTTPError.
+func (c *client) do(ctx context.Context, method, path string, body io.Reader, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Content-Type", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -93,9 +101,18 @@ func (c *client) post(ctx context.Context, path string, in, out any) error {
 		return ReadHTTPError(resp)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("POST %s: unreadable answer: %w", path, err)
+		return fmt.Errorf("%s %s: unreadable answer: %w", method, path, err)
 	}
 	return nil
+}
+
+// chatStatus reads chat chatID's execution status (GET /api/v2/chats/{chat}).
+func (c *client) chatStatus(ctx context.Context, chatID string) (string, error) {
+	var out struct {
+		Status string `json:"status"`
+	}
+	err := c.do(ctx, http.MethodGet, "/api/v2/chats/"+chatID, nil, &out)
+	return out.Status, err
 }
 
 func (c *client) createChat(ctx context.Context, modelConfigID string) (string, error) {
@@ -140,6 +157,9 @@ type chat struct {
 	connected chan struct{}
 	fatal     chan error
 	once      sync.Once
+	// status is the last status event the chat's stream sent, read and
+	// written only by the turn that holds the chat.
+	status string
 }
 
 // reasonTooManyStreams is the stream's reason for a 429 that refuses a
@@ -274,6 +294,16 @@ type turnResult struct {
 	reuse        bool
 }
 
+// noteStatus records the chat's status from a status event.
+func (ch *chat) noteStatus(it item) {
+	if it.lost == nil && it.ev.Type == "status" && it.ev.Status != nil {
+		ch.status = it.ev.Status.Status
+	}
+}
+
+// idle reports whether a chat with status runs no turn.
+func idle(status string) bool { return status == "waiting" || status == "requires_action" }
+
 // seen says whether the reply was seen, for a failure's detail.
 func seen(reply bool) string {
 	if reply {
@@ -292,7 +322,8 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 	// Whatever the stream sent before this POST belongs to earlier turns.
 	for drained := false; !drained; {
 		select {
-		case <-c.events:
+		case it := <-c.events:
+			c.noteStatus(it)
 		default:
 			drained = true
 		}
@@ -321,6 +352,14 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 	fail := func(kind, detail string, reuse bool) turnResult {
 		return turnResult{kind: kind, detail: detail, reuse: reuse}
 	}
+	// ended is the turn's result when it ended at at in status.
+	ended := func(at time.Time, status string) turnResult {
+		res := turnResult{turn: at.Sub(start), reuse: status == "waiting"}
+		if !firstPart.IsZero() {
+			res.ttft = firstPart.Sub(start)
+		}
+		return res
+	}
 	for {
 		select {
 		case <-tctx.Done():
@@ -341,6 +380,8 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 			if it.lost != nil {
 				continue // resumed from the cursor: the turn goes on
 			}
+			idleBefore := idle(c.status)
+			c.noteStatus(it)
 			ev := it.ev
 			switch ev.Type {
 			case "message":
@@ -353,6 +394,16 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 					sawUser = true
 				case ev.Message.Role == "assistant" && id > msgID:
 					sawUser, sawReply = true, true
+					if idleBefore {
+						// The stream sends a status only when it changed
+						// since its last one. A stream that read the chat
+						// only once the turn was over sends the reply and no
+						// status: the chat was idle before and is again. Ask
+						// the api whether it is.
+						if st, err := r.cl.chatStatus(tctx, c.id); err == nil && idle(st) {
+							return ended(it.at, st)
+						}
+					}
 				}
 			case "message_part":
 				if firstPart.IsZero() && (ev.MessagePart == nil || ev.MessagePart.Role != "user") {
@@ -382,11 +433,7 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 					if !sawReply {
 						return fail("turn ended without a reply", "the chat became "+ev.Status.Status+" with no assistant message", true)
 					}
-					res := turnResult{turn: it.at.Sub(start), reuse: ev.Status.Status == "waiting"}
-					if !firstPart.IsZero() {
-						res.ttft = firstPart.Sub(start)
-					}
-					return res
+					return ended(it.at, ev.Status.Status)
 				}
 			}
 		}

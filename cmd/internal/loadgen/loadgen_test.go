@@ -25,6 +25,11 @@ type fakeChatd struct {
 	// maxStreams, when positive, caps the open streams: one more answers
 	// 429 TOO_MANY_STREAMS, as the stream service does.
 	maxStreams int64
+	// coalesced streams a turn as a stream that read the chat only once
+	// the turn was over: the user message and the reply, and no status,
+	// since the chat was waiting before and is again.
+	coalesced  bool
+	statusGets atomic.Int64
 	open       atomic.Int64
 	sends      atomic.Int64
 	nextID     atomic.Int64
@@ -70,12 +75,21 @@ func (f *fakeChatd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		ch := f.stream(parts[1])
 		ch <- `{"type":"message","message":{"id":` + idJSON(user) + `,"role":"user"}}`
+		if f.coalesced {
+			ch <- `{"type":"message","message":{"id":` + idJSON(reply) + `,"role":"assistant"}}`
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"queued":false,"message":{"id":"%d","role":"user"}}`, user)
+			return
+		}
 		ch <- `{"type":"status","status":{"status":"running"}}`
 		ch <- `{"type":"message_part","message_part":{"role":"assistant","part":{"type":"text","text":"ok"}}}`
 		ch <- `{"type":"message","message":{"id":` + idJSON(reply) + `,"role":"assistant"}}`
 		ch <- `{"type":"status","status":{"status":"waiting"}}`
 		w.WriteHeader(http.StatusCreated)
 		fmt.Fprintf(w, `{"queued":false,"message":{"id":"%d","role":"user"}}`, user)
+	case r.Method == http.MethodGet && len(parts) == 2:
+		f.statusGets.Add(1)
+		fmt.Fprintf(w, `{"id":%q,"status":"waiting"}`, parts[1])
 	case r.Method == http.MethodGet && len(parts) == 3 && parts[2] == "stream":
 		if n := f.open.Add(1); f.maxStreams > 0 && n > f.maxStreams {
 			f.open.Add(-1)
@@ -132,6 +146,26 @@ func TestRunCountsEveryTurn(t *testing.T) {
 	raw, err := json.Marshal(rep)
 	require.NoError(t, err)
 	require.Contains(t, string(raw), `"time_to_first_part_ms":{"count":32`)
+}
+
+// A stream sends a status only when it changed since its last one, so a
+// turn the stream saw only once it was over comes as its messages alone:
+// the turn ends on its reply once the api says the chat is idle, instead of
+// waiting out the turn's time limit for a status that never comes.
+func TestRunEndsTurnsTheStreamSawOnlyWhenOver(t *testing.T) {
+	t.Parallel()
+	f := &fakeChatd{coalesced: true, streams: map[string]chan string{}}
+	srv := httptest.NewServer(f)
+	defer srv.Close()
+	rep, err := Run(context.Background(), Config{
+		BaseURL: srv.URL, Token: "tok", Chats: 2, Concurrency: 2, Turns: 6, TurnTimeout: 5 * time.Second,
+	})
+	require.NoError(t, err)
+	require.Equal(t, 6, rep.OK, "errors: %+v", rep.Errors)
+	require.Equal(t, 0, rep.Failed)
+	require.Equal(t, 6, rep.NoLivePart, "no part was streamed")
+	require.Equal(t, 6, rep.TurnTime.Count)
+	require.EqualValues(t, 6, f.statusGets.Load(), "one status read per turn, on its reply")
 }
 
 // A run that cannot start says why: a bad token is refused before a turn.
