@@ -92,15 +92,23 @@ func TestBenchAgainstStack(t *testing.T) {
 	require.Equal(t, replies+rep.OK, replies2)
 }
 
+// connectDB connects to the stack's database for the test's own reads,
+// with 10 s for them; both end with the test.
+func connectDB(t *testing.T, dbURL string) (context.Context, *pgx.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	conn, err := pgx.Connect(ctx, dbURL)
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return ctx, conn
+}
+
 // countTurns counts the chats, user messages and assistant replies in the
 // database.
 func countTurns(t *testing.T, dbURL string) (chats, users, replies int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	ctx, conn := connectDB(t, dbURL)
 	require.NoError(t, conn.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM chats),
 		(SELECT count(*) FROM chat_messages WHERE role = 'user' AND NOT deleted),
@@ -112,11 +120,7 @@ func countTurns(t *testing.T, dbURL string) (chats, users, replies int) {
 // its messages, for a failure's message.
 func chatStates(t *testing.T, dbURL string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dbURL)
-	require.NoError(t, err)
-	defer conn.Close(context.Background())
+	ctx, conn := connectDB(t, dbURL)
 	rows, err := conn.Query(ctx, `SELECT c.id, c.status, c.worker_id IS NOT NULL, c.snapshot_version, c.history_version, c.generation_attempt,
 		(SELECT string_agg(m.id || ' ' || m.role || ' r' || m.revision, ', ' ORDER BY m.id) FROM chat_messages m WHERE m.chat_id = c.id)
 		FROM chats c ORDER BY c.created_at`)
