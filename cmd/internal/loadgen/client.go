@@ -347,7 +347,6 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 	msgID := int64(sent.Message.ID)
 	var firstPart time.Time
 	sawUser, sawReply, sawErrorStatus := false, false, false
-	lastStatus := "" // the turn's, after its message came
 	var reasonTimer <-chan time.Time
 	fail := func(kind, detail string, reuse bool) turnResult {
 		return turnResult{kind: kind, detail: detail, reuse: reuse}
@@ -373,7 +372,7 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 				return fail("timeout waiting for the first part", fmt.Sprintf("no part of the reply within %s", r.cfg.TurnTimeout), false)
 			}
 			return fail("timeout waiting for the end of the turn", fmt.Sprintf("the turn did not end within %s (chat %s, message %d: the reply %s, last status %q)",
-				r.cfg.TurnTimeout, c.id, msgID, seen(sawReply), lastStatus), false)
+				r.cfg.TurnTimeout, c.id, msgID, seen(sawReply), c.status), false)
 		case <-reasonTimer:
 			return fail("chat error", "the chat's status became error (no reason followed)", true)
 		case it := <-c.events:
@@ -421,7 +420,6 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 				if !sawUser || ev.Status == nil {
 					continue
 				}
-				lastStatus = ev.Status.Status
 				switch ev.Status.Status {
 				case "error":
 					sawErrorStatus = true
