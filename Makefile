@@ -37,7 +37,7 @@ TOOLS_BUILD := cd tools && GOWORK=off go build -o ../bin/
 # check-generated fails when any of these differs from the commit.
 GENERATED := pkg/gen pkg/db/queries proto
 
-.PHONY: help dev install test test-short stress bench vet fmt tidy proto sqlc generate check-generated
+.PHONY: help dev install test test-short stress bench vet fmt tidy proto sqlc generate check-generated check-large-files
 
 help:
 	@echo 'make dev              run the all-in-one dev stack (bin/chatd dev)'
@@ -53,6 +53,7 @@ help:
 	@echo 'make sqlc             regenerate pkg/db/queries/*.go from its .sql files (sqlc, offline)'
 	@echo 'make generate         proto + sqlc'
 	@echo 'make check-generated  generate, then fail if generated code differs from the commit'
+	@echo 'make check-large-files fail if git tracks a file over 5 MiB (the embedded web build excepted)'
 	@echo 'make web              npm ci, generate the TypeScript types, build the web app into pkg/webui/static'
 	@echo 'make web-test         the TypeScript packages'"'"' Vitest tests'
 	@echo 'make check-web        rebuild the web app and types, fail if they differ from the commit'
@@ -123,6 +124,11 @@ check-generated: generate
 		exit 1; \
 	fi; \
 	echo "generated code is up to date"
+
+# Fails when git tracks a file over 5 MiB: binaries and data dumps stay out
+# of the repository. pkg/webui/static, the committed web build, is exempt.
+check-large-files:
+	./scripts/check-large-files.sh
 
 # ---- web app and TypeScript packages (web/, an npm workspace) ----------
 # The built app is committed in pkg/webui/static (embedded by the Go
