@@ -60,8 +60,9 @@ func NewGateway(ctx context.Context, conn grpc.ClientConnInterface, maxBody int6
 	}
 	mux := http.NewServeMux()
 	mux.Handle(APIPrefix, limitBody(gw, maxBody))
-	// Reserved (spec "Chat routes"): not a chat ID, so a 404 instead of
-	// the {chat} wildcard's "not a valid UUID".
+	// Reserved (spec "HTTP endpoints": the /api/v2 mount reserves
+	// /chats/model-configs): not a chat ID, so a 404 instead of the {chat}
+	// wildcard's "not a valid UUID".
 	reserved := func(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusNotFound, codes.NotFound, "", fmt.Sprintf("There is no endpoint %s %s.", r.Method, r.URL.Path))
 	}
