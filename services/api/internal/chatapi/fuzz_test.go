@@ -72,8 +72,8 @@ const fuzzUUID = "5f1d1e0c-9d3a-4c51-8a39-2f6a1b7e0c42"
 // never a 5xx, and a refusal is the error shape (a reason and a sentence)
 // in the api's own words. Under plain go test it runs its seeds (bodies,
 // segments and values like TestHostileInput's, spread over the endpoints)
-// and the inputs it found; with -fuzz it explores (see the README's
-// "Tests").
+// and the inputs it found; with -fuzz it explores (see docs/development.md,
+// "Fuzzing").
 func FuzzREST(f *testing.F) {
 	a := startAPI(f)
 	chatID := a.createChat("fuzzed")
