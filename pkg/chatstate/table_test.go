@@ -13,7 +13,7 @@ import (
 
 // TestEdgesMatchSpecTSV keeps the Go table equal to the spec's transcribed
 // diagrams (testdata/transitions.tsv is a verbatim copy of
-// ../shared/spec/transitions.tsv), row for row, in order.
+// docs/spec/transitions.tsv), row for row, in order.
 func TestEdgesMatchSpecTSV(t *testing.T) {
 	t.Parallel()
 	f, err := os.Open("testdata/transitions.tsv")
