@@ -116,7 +116,7 @@ func connError(base string, err error) error {
 }
 
 // The REST shapes the CLI reads and writes (see proto/chatd/v1 and
-// DESIGN.md "REST facade").
+// docs/api.md).
 
 type chatPart struct {
 	Type       string          `json:"type"`

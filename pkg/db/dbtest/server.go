@@ -34,7 +34,7 @@ var (
 )
 
 // ServerURL returns the admin URL of the Postgres server tests use, in the
-// order DESIGN.md gives: CHATD_TEST_DATABASE_URL, else 127.0.0.1:5432, else
+// order docs/development.md gives: CHATD_TEST_DATABASE_URL, else 127.0.0.1:5432, else
 // a throwaway cluster started from the local PostgreSQL binaries.
 // CHATD_TEST_POSTGRES=throwaway skips the first two and always starts a
 // throwaway cluster (one per test process, removed by Stop).

@@ -30,7 +30,7 @@ import (
 // name is the service's short name: its health service is "chatd.v1.worker".
 const name = "worker"
 
-// Lease bounds; see chat-runs in DESIGN.md.
+// Lease bounds; see docs/spec/chat-runs.md.
 const (
 	defaultLeaseSeconds = 30
 	minLeaseSeconds     = 10

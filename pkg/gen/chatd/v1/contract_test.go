@@ -131,8 +131,8 @@ func marshalREST(t *testing.T, m proto.Message) string {
 	return string(b)
 }
 
-// The objects web clients see have exactly the shapes of DESIGN.md's "REST
-// facade" tables: status and role as the spec's words, parts as flat objects
+// The objects web clients see have exactly the shapes of docs/api.md's
+// tables: status and role as the spec's words, parts as flat objects
 // with a type and that type's fields, booleans always present, unset optional
 // fields absent. protojson renders int64 fields (message and queued message
 // ids, positions, token counts) as JSON strings.

@@ -20,7 +20,7 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 )
 
-// Idempotent creation and sending (DESIGN.md "From chat-runs"): a request_id
+// Idempotent creation and sending (docs/api.md "Idempotency"): a request_id
 // seen before with the same input replays the stored response (200); with
 // different input it is a conflict (409); a new one acts and answers 201.
 // The chat_requests primary key decides between concurrent duplicates.

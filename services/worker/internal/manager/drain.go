@@ -15,8 +15,8 @@ import (
 // DrainPoll is how often Drain rereads the chats whose turns it waits for.
 const DrainPoll = time.Second
 
-// Drain hands this worker's chats to other workers on shutdown (DESIGN.md
-// "From chat-runs"). The acquisition loop must already be stopped. It
+// Drain hands this worker's chats to other workers on shutdown
+// (docs/spec/chat-runs.md; docs/architecture/worker.md "The runner manager"). The acquisition loop must already be stopped. It
 // waits up to timeout for every runner whose chat is running to see its
 // chat reach another state, then calls stop, which must stop the manager
 // and wait for its runners, and finally abandons every chat its runners

@@ -46,7 +46,7 @@ func EventFromChat(c queries.Chat) Event {
 	}
 }
 
-// Config holds the runner's limits (DESIGN.md "From chat-runs", spec
+// Config holds the runner's limits (docs/spec/chat-runs.md, spec
 // "Generation goroutine").
 type Config struct {
 	MaxGenerationRetries int           // CHATD_MAX_GENERATION_RETRIES (default 25); 0 = no retries

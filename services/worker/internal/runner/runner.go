@@ -21,7 +21,7 @@ import (
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
-// Config defaults (DESIGN.md "From chat-runs", spec "Generation goroutine").
+// Config defaults (docs/spec/chat-runs.md, spec "Generation goroutine").
 // DefaultMaxGenerationRetries, DefaultTTFTTimeout and DefaultStreamIdleTimeout
 // are the worker settings' defaults: in Config, zero turns those off.
 const (
