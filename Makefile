@@ -37,7 +37,7 @@ TOOLS_BUILD := cd tools && GOWORK=off go build -o ../bin/
 # check-generated fails when any of these differs from the commit.
 GENERATED := pkg/gen pkg/db/queries proto
 
-.PHONY: help dev install test test-short stress bench vet fmt tidy proto sqlc generate check-generated check-large-files
+.PHONY: help dev install test test-short stress bench vet fmt tidy proto sqlc generate check-generated check-large-files docs
 
 help:
 	@echo 'make dev              run the all-in-one dev stack (bin/chatd dev)'
@@ -54,6 +54,7 @@ help:
 	@echo 'make generate         proto + sqlc'
 	@echo 'make check-generated  generate, then fail if generated code differs from the commit'
 	@echo 'make check-large-files fail if git tracks a file over 5 MiB (the embedded web build excepted)'
+	@echo 'make docs             regenerate docs/configuration.md from the declared settings (go run ./cmd/docgen)'
 	@echo 'make web              npm ci, generate the TypeScript types, build the web app into pkg/webui/static'
 	@echo 'make web-test         the TypeScript packages'"'"' Vitest tests'
 	@echo 'make check-web        rebuild the web app and types, fail if they differ from the commit'
@@ -124,6 +125,11 @@ check-generated: generate
 		exit 1; \
 	fi; \
 	echo "generated code is up to date"
+
+# docs/configuration.md is generated from the services' declared settings;
+# cmd/docgen's test fails when the committed page is stale.
+docs:
+	go run ./cmd/docgen
 
 # Fails when git tracks a file over 5 MiB: binaries and data dumps stay out
 # of the repository. pkg/webui/static, the committed web build, is exempt.
