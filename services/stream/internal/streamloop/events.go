@@ -193,8 +193,8 @@ type Message struct {
 	CreatedAt       time.Time `json:"created_at"`
 	Usage           *Usage    `json:"usage,omitempty"`
 	// encoded is the message's JSON, made with it (encodeMessage): a
-	// shared read's message goes to every watcher of the chat, and each
-	// watcher's loop used to marshal it again. A Message is never modified
+	// shared read's message goes to every watcher of the chat, so encoding
+	// it once spares each watcher's loop a marshal of its own. A Message is never modified
 	// once made, so the bytes stay its encoding.
 	encoded []byte
 }
