@@ -35,7 +35,7 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 
 const secret = "a-secret-of-at-least-thirty-two-bytes!!"
 
-type env struct {
+type fixture struct {
 	t      testing.TB
 	ctx    context.Context
 	pool   *pgxpool.Pool
@@ -48,17 +48,17 @@ type env struct {
 	signer *auth.Signer
 }
 
-func newEnv(t *testing.T) *env { return newEnvWith(t, true, nil) }
+func setup(t *testing.T) *fixture { return setupWith(t, true, nil) }
 
-// newEnvWith builds the server; publish says whether transitions notify
+// setupWith builds the server; publish says whether transitions notify
 // (false: every notification is dropped), poller is the sync poller to use
 // (nil: a per-connection poll every 10 s).
-func newEnvWith(t testing.TB, publish bool, poller *streamhttp.Poller, opts ...func(*streamhttp.Server)) *env {
+func setupWith(t testing.TB, publish bool, poller *streamhttp.Poller, opts ...func(*streamhttp.Server)) *fixture {
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	nc := natstest.NewConn(t)
 	log := slog.Default()
-	e := &env{t: t, ctx: ctx, pool: pool, nc: nc, org: uuid.New(), user: uuid.New()}
+	e := &fixture{t: t, ctx: ctx, pool: pool, nc: nc, org: uuid.New(), user: uuid.New()}
 	cfg := chatstate.Config{}
 	if publish {
 		cfg.AfterCommit = notify.NewPublisher(nc, log).AfterCommit
@@ -92,10 +92,10 @@ func newEnvWith(t testing.TB, publish bool, poller *streamhttp.Poller, opts ...f
 	return e
 }
 
-func (e *env) tokenFor(user uuid.UUID) string { return e.tokenIn(user, e.org) }
+func (e *fixture) tokenFor(user uuid.UUID) string { return e.tokenIn(user, e.org) }
 
 // tokenIn is a token of user speaking for organization org.
-func (e *env) tokenIn(user, org uuid.UUID) string {
+func (e *fixture) tokenIn(user, org uuid.UUID) string {
 	tok, err := e.signer.Sign(auth.Claims{UserID: user, OrganizationID: org}, time.Hour)
 	require.NoError(e.t, err)
 	return tok
@@ -103,7 +103,7 @@ func (e *env) tokenIn(user, org uuid.UUID) string {
 
 func text(s string) chatmsg.Content { return chatmsg.Content{chatmsg.Text(s)} }
 
-func (e *env) create() uuid.UUID {
+func (e *fixture) create() uuid.UUID {
 	id := uuid.New()
 	_, err := e.m.Create(e.ctx, chatstate.CreateParams{ID: id, OrganizationID: e.org, OwnerID: e.user, Title: "t",
 		Messages: []chatstate.NewMessage{{Role: chatstate.RoleSystem, Content: text("sys")}, chatstate.UserMessage(text("hello"))}})
@@ -111,13 +111,13 @@ func (e *env) create() uuid.UUID {
 	return id
 }
 
-func (e *env) do(id uuid.UUID, fn func(*chatstate.Tx) error) {
+func (e *fixture) do(id uuid.UUID, fn func(*chatstate.Tx) error) {
 	_, err := e.m.Update(e.ctx, id, fn)
 	require.NoError(e.t, err)
 }
 
 // reply is a worker's turn: commit an assistant step and finish.
-func (e *env) reply(id uuid.UUID, s string) {
+func (e *fixture) reply(id uuid.UUID, s string) {
 	e.do(id, func(tx *chatstate.Tx) error {
 		if _, err := tx.CommitStep(e.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: text(s)}}}); err != nil {
 			return err
@@ -127,7 +127,7 @@ func (e *env) reply(id uuid.UUID, s string) {
 	})
 }
 
-func (e *env) send(id uuid.UUID, s string) {
+func (e *fixture) send(id uuid.UUID, s string) {
 	e.do(id, func(tx *chatstate.Tx) error {
 		_, err := tx.SendMessage(e.ctx, chatstate.UserMessage(text(s)), chatstate.BusyQueue)
 		return err
@@ -162,7 +162,7 @@ type sseConn struct {
 	all bool
 }
 
-func (e *env) request(id uuid.UUID, token, lastEventID, cursor string, sse bool) *http.Request {
+func (e *fixture) request(id uuid.UUID, token, lastEventID, cursor string, sse bool) *http.Request {
 	url := e.srv.URL + "/api/v2/chats/" + id.String() + "/stream"
 	if cursor != "" {
 		url += "?cursor=" + cursor
@@ -181,13 +181,13 @@ func (e *env) request(id uuid.UUID, token, lastEventID, cursor string, sse bool)
 	return req
 }
 
-func (e *env) connect(id uuid.UUID, lastEventID string) *sseConn {
+func (e *fixture) connect(id uuid.UUID, lastEventID string) *sseConn {
 	return e.connectCursor(id, lastEventID, "")
 }
 
 // connectCursor opens an SSE stream resuming from lastEventID (header) or
 // cursor (query).
-func (e *env) connectCursor(id uuid.UUID, lastEventID, cursor string) *sseConn {
+func (e *fixture) connectCursor(id uuid.UUID, lastEventID, cursor string) *sseConn {
 	ctx, cancel := context.WithCancel(e.ctx)
 	req := e.request(id, e.token, lastEventID, cursor, true).WithContext(ctx)
 	resp, err := http.DefaultClient.Do(req)
@@ -278,7 +278,7 @@ func summaries(evs []sseEvent) []string {
 
 func TestSSEEndToEndAndResume(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	id := e.create()
 
 	c := e.connect(id, "")
@@ -319,7 +319,7 @@ func TestSSEEndToEndAndResume(t *testing.T) {
 
 func TestRejections(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	id := e.create()
 	status := func(req *http.Request) int {
 		t.Helper()
@@ -343,7 +343,7 @@ func TestRejections(t *testing.T) {
 
 func TestWebSocket(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	id := e.create()
 	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
@@ -388,7 +388,7 @@ func TestWebSocket(t *testing.T) {
 // published; the replica-wide poller alone keeps the stream correct.
 func TestDroppedNotificationsConvergeViaPoller(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, false, &streamhttp.Poller{Interval: 200 * time.Millisecond})
+	e := setupWith(t, false, &streamhttp.Poller{Interval: 200 * time.Millisecond})
 	id := e.create()
 	c := e.connect(id, "")
 	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"}, summaries(c.next(t, 3)))
@@ -413,7 +413,7 @@ func TestDroppedNotificationsConvergeViaPoller(t *testing.T) {
 // chat's subscribers gets the latest row; a deregistered one gets nothing.
 func TestPollerDelivers(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	a, b := e.create(), e.create()
 	p := &streamhttp.Poller{Pool: e.pool}
 	a1, a2, b1 := p.Register(a), p.Register(a), p.Register(b)
@@ -438,7 +438,7 @@ func TestPollerDelivers(t *testing.T) {
 
 // wsURL is the WebSocket address of chat's stream (a raw path segment, so
 // malformed ids can be sent too), with query appended when not empty.
-func (e *env) wsURL(chat, query string) string {
+func (e *fixture) wsURL(chat, query string) string {
 	u := "ws" + strings.TrimPrefix(e.srv.URL, "http") + "/api/v2/chats/" + chat + "/stream"
 	if query != "" {
 		u += "?" + query
@@ -449,7 +449,7 @@ func (e *env) wsURL(chat, query string) string {
 // errorBody sends req and returns the status and the JSON error body's
 // message; it fails when the response is a stream or its body is not the
 // REST contract's error body.
-func (e *env) errorBody(req *http.Request) (int, string) {
+func (e *fixture) errorBody(req *http.Request) (int, string) {
 	e.t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(e.t, err)
@@ -479,7 +479,7 @@ func readErrorBody(t testing.TB, resp *http.Response) string {
 // exist, over SSE and WebSocket, and nothing is streamed.
 func TestOtherOrganizationNotFound(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	id := e.create()
 	other := uuid.New()
 	require.NoError(t, queries.New(e.pool).OrganizationEnsure(e.ctx, queries.OrganizationEnsureParams{ID: other, Name: "other"}))
@@ -508,7 +508,7 @@ func TestOtherOrganizationNotFound(t *testing.T) {
 // API's sentence), not a missing chat.
 func TestMalformedChatID(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	req, err := http.NewRequest(http.MethodGet, e.srv.URL+"/api/v2/chats/not-a-uuid/stream", nil)
 	require.NoError(t, err)
 	req.Header.Set("Accept", "text/event-stream")
@@ -530,7 +530,7 @@ func TestMalformedChatID(t *testing.T) {
 // newer position, so the stream resumes from it and repeats nothing.
 func TestLastEventIDWinsOverCursor(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	id := e.create()
 	e.reply(id, "hi!")
 	first := e.connect(id, "")
@@ -551,7 +551,7 @@ func TestLastEventIDWinsOverCursor(t *testing.T) {
 // ahead-of-state cursors.
 func TestCursorRejectionMessages(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	id := e.create()
 	boot := e.connect(id, "")
 	evs := boot.next(t, 3)
@@ -615,7 +615,7 @@ func TestCursorRejectionMessages(t *testing.T) {
 	e.connectCursor(id, "", last.Encode()).cancel()
 }
 
-func (e *env) chat(id uuid.UUID) queries.Chat {
+func (e *fixture) chat(id uuid.UUID) queries.Chat {
 	c, err := queries.New(e.pool).ChatGet(e.ctx, id)
 	require.NoError(e.t, err)
 	return c
@@ -626,7 +626,7 @@ func (e *env) chat(id uuid.UUID) queries.Chat {
 // cursor a connection resumed from the last event before it computes.
 func TestWebSocketHeartbeats(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t) // heartbeat every 300 ms
+	e := setup(t) // heartbeat every 300 ms
 	id := e.create()
 	ctx, cancel := context.WithTimeout(e.ctx, 20*time.Second)
 	defer cancel()

@@ -21,9 +21,9 @@ import (
 // steps) and of their convergence under duplicated, dropped and reordered
 // notifications.
 
-// forT is the harness bound to a subtest, so its require calls fail the
+// forT is the fixture bound to a subtest, so its require calls fail the
 // subtest from the subtest's own goroutine.
-func (h *harness) forT(t *testing.T) *harness {
+func (h *fixture) forT(t *testing.T) *fixture {
 	c := *h
 	c.t = t
 	return &c
@@ -32,7 +32,7 @@ func (h *harness) forT(t *testing.T) *harness {
 // loopPool is a pool on the test database used only by the loop under test,
 // so its AcquireCount counts exactly the loop's fetches (one read
 // transaction per fetching Sync), and the recorder its round trips.
-func (h *harness) loopPool() (*pgxpool.Pool, *dbtest.RoundTrips) {
+func (h *fixture) loopPool() (*pgxpool.Pool, *dbtest.RoundTrips) {
 	h.t.Helper()
 	cfg := h.pool.Config()
 	rec := &dbtest.RoundTrips{}
@@ -51,7 +51,7 @@ const readBatch = "begin ChatGet ChatMessageListChangedSince ChatMessageListVisi
 // snapshot_version the way every bundle does, to reach a branch of the
 // stream loop the state machine cannot (the loop must still follow the
 // spec's rule on it).
-func (h *harness) rawUpdate(id uuid.UUID, set string) queries.Chat {
+func (h *fixture) rawUpdate(id uuid.UUID, set string) queries.Chat {
 	h.t.Helper()
 	_, err := h.pool.Exec(h.ctx, `UPDATE chats SET snapshot_version = snapshot_version + 1, `+set+` WHERE id = $1`, id)
 	require.NoError(h.t, err)
@@ -93,14 +93,14 @@ type syncRow struct {
 	// in the database before the loop's bootstrap (or resume builds it from
 	// a cursor instead of a bootstrap).
 	start  string
-	setup  func(h *harness, id uuid.UUID)
+	setup  func(h *fixture, id uuid.UUID)
 	resume func(db queries.Chat) streamloop.Cursor
 	// prime, when set, is a change the loop syncs (poller hints) after its
 	// baseline and before the row's Sync.
-	prime func(h *harness, id uuid.UUID)
+	prime func(h *fixture, id uuid.UUID)
 	// change describes the database change after the baseline.
 	change string
-	apply  func(h *harness, id uuid.UUID)
+	apply  func(h *fixture, id uuid.UUID)
 	hints  func(local streamloop.State, db queries.Chat) streamloop.Hints
 	// outcome is what the Sync does, want the exact event types it emits in
 	// order (preview_reset included), retired attempt_retired after it.
@@ -114,23 +114,23 @@ type syncRow struct {
 // types in order, the saved state, attempt_retired and the relay target.
 func TestSyncBranchTable(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	w1, w2 := uuid.New(), uuid.New()
-	running := func(*harness, uuid.UUID) {}
-	owned1 := func(h *harness, id uuid.UUID) { h.acquire(id, w1); h.attempt(id) }
-	none := func(*harness, uuid.UUID) {}
+	running := func(*fixture, uuid.UUID) {}
+	owned1 := func(h *fixture, id uuid.UUID) { h.acquire(id, w1); h.attempt(id) }
+	none := func(*fixture, uuid.UUID) {}
 
 	rows := []syncRow{
 		// Steps 1-3: the hint check.
 		{branch: "hint/stale snapshot wins over newer fields", start: "running, bootstrapped",
-			setup: running, change: "turn finished (message + waiting)", apply: func(h *harness, id uuid.UUID) { h.commitAndFinish(id, "hi") },
+			setup: running, change: "turn finished (message + waiting)", apply: func(h *fixture, id uuid.UUID) { h.commitAndFinish(id, "hi") },
 			hints: func(l streamloop.State, db queries.Chat) streamloop.Hints {
 				return streamloop.Hints{SnapshotVersion: &l.SnapshotVersion, HistoryVersion: &db.HistoryVersion, Status: str(string(db.Status))}
 			},
 			outcome: hintNoop, want: []string{}},
 		{branch: "hint/newer snapshot, every field equal", start: "waiting, bootstrapped",
-			setup: func(h *harness, id uuid.UUID) { h.commitAndFinish(id, "hi") }, change: "archived (snapshot only)",
-			apply: func(h *harness, id uuid.UUID) {
+			setup: func(h *fixture, id uuid.UUID) { h.commitAndFinish(id, "hi") }, change: "archived (snapshot only)",
+			apply: func(h *fixture, id uuid.UUID) {
 				h.do(id, func(tx *chatstate.Tx) error { return tx.SetArchived(h.ctx, true) })
 			},
 			hints: poller, outcome: hintNoop, want: []string{}},
@@ -173,30 +173,30 @@ func TestSyncBranchTable(t *testing.T) {
 
 		// Steps 1-3 of the application: messages, queue, status.
 		{branch: "apply/messages then status (turn finished)", start: "running, attempt 0, bootstrapped", setup: running,
-			change: "assistant reply + FinishTurn", apply: func(h *harness, id uuid.UUID) { h.commitAndFinish(id, "hi") },
+			change: "assistant reply + FinishTurn", apply: func(h *fixture, id uuid.UUID) { h.commitAndFinish(id, "hi") },
 			hints: poller, outcome: applied, want: []string{"message", "status", "preview_reset"}},
 		{branch: "apply/queue only", start: "running, bootstrapped", setup: running,
-			change: "message queued", apply: func(h *harness, id uuid.UUID) { h.send(id, "queued") },
+			change: "message queued", apply: func(h *fixture, id uuid.UUID) { h.send(id, "queued") },
 			hints: poller, outcome: applied, want: []string{"queue_update"}},
 		{branch: "apply/history reset then status", start: "waiting after one turn, bootstrapped",
-			setup:  func(h *harness, id uuid.UUID) { h.commitAndFinish(id, "hi") },
-			change: "first user message edited", apply: func(h *harness, id uuid.UUID) { h.editFirstUser(id, "edited") },
+			setup:  func(h *fixture, id uuid.UUID) { h.commitAndFinish(id, "hi") },
+			change: "first user message edited", apply: func(h *fixture, id uuid.UUID) { h.editFirstUser(id, "edited") },
 			hints: poller, outcome: applied, want: []string{"history_reset", "message", "message", "status", "preview_reset"}},
 		{branch: "apply/status only (unowned interrupt finishes)", start: "running, unowned, bootstrapped", setup: running,
-			change: "Interrupt", apply: func(h *harness, id uuid.UUID) { h.interrupt(id) },
+			change: "Interrupt", apply: func(h *fixture, id uuid.UUID) { h.interrupt(id) },
 			hints: poller, outcome: applied, want: []string{"status"}},
 
 		// Step 4: error, once per history version.
 		{branch: "error/sent with the status", start: "running, bootstrapped", setup: running,
-			change: "FinishError", apply: func(h *harness, id uuid.UUID) { h.finishError(id) },
+			change: "FinishError", apply: func(h *fixture, id uuid.UUID) { h.finishError(id) },
 			hints: poller, outcome: applied, want: []string{"status", "error"}, retired: true},
 		{branch: "error/not re-sent for the same history (worker change)", start: "error, bootstrapped (error sent)",
-			setup:  func(h *harness, id uuid.UUID) { h.finishError(id) },
-			change: "Acquire by w1 (status and history unchanged)", apply: func(h *harness, id uuid.UUID) { h.acquire(id, w1) },
+			setup:  func(h *fixture, id uuid.UUID) { h.finishError(id) },
+			change: "Acquire by w1 (status and history unchanged)", apply: func(h *fixture, id uuid.UUID) { h.acquire(id, w1) },
 			hints: poller, outcome: applied, want: []string{}, retired: true},
 		{branch: "error/not re-sent when the status moves to error at an already-errored history",
 			start: "resume cursor: running, error_history_version = db history",
-			setup: func(h *harness, id uuid.UUID) { h.finishError(id) },
+			setup: func(h *fixture, id uuid.UUID) { h.finishError(id) },
 			resume: func(db queries.Chat) streamloop.Cursor {
 				return streamloop.Cursor{SnapshotVersion: db.SnapshotVersion - 1, HistoryVersion: db.HistoryVersion,
 					QueueVersion: db.QueueVersion, RetryStateVersion: db.RetryStateVersion, Status: "running",
@@ -207,63 +207,63 @@ func TestSyncBranchTable(t *testing.T) {
 
 		// Step 5: action_required, once per history version.
 		{branch: "action/sent with message and status", start: "running, bootstrapped", setup: running,
-			change: "tool call + EnterRequiresAction", apply: func(h *harness, id uuid.UUID) { h.requireAction(id) },
+			change: "tool call + EnterRequiresAction", apply: func(h *fixture, id uuid.UUID) { h.requireAction(id) },
 			hints: poller, outcome: applied, want: []string{"message", "status", "action_required", "preview_reset"}},
 		{branch: "action/not re-sent on a queue change", start: "requires_action, bootstrapped (action sent)",
-			setup:  func(h *harness, id uuid.UUID) { h.requireAction(id) },
-			change: "message queued (A0 -> A1)", apply: func(h *harness, id uuid.UUID) { h.send(id, "queued") },
+			setup:  func(h *fixture, id uuid.UUID) { h.requireAction(id) },
+			change: "message queued (A0 -> A1)", apply: func(h *fixture, id uuid.UUID) { h.send(id, "queued") },
 			hints: poller, outcome: applied, want: []string{"queue_update"}},
 		{branch: "action/not re-sent on a worker change", start: "requires_action, bootstrapped (action sent)",
-			setup:  func(h *harness, id uuid.UUID) { h.requireAction(id) },
-			change: "Acquire by w1", apply: func(h *harness, id uuid.UUID) { h.acquire(id, w1) },
+			setup:  func(h *fixture, id uuid.UUID) { h.requireAction(id) },
+			change: "Acquire by w1", apply: func(h *fixture, id uuid.UUID) { h.acquire(id, w1) },
 			hints: poller, outcome: applied, want: []string{}},
 
 		// Steps 6 and 7: retry and attempt_retired.
 		{branch: "retry/sent while running", start: "running, owned, attempt 1, bootstrapped", setup: owned1,
-			change: "RecordRetryState", apply: func(h *harness, id uuid.UUID) { h.retryState(id) },
+			change: "RecordRetryState", apply: func(h *fixture, id uuid.UUID) { h.retryState(id) },
 			hints: poller, outcome: applied, want: []string{"retry"}, retired: true},
 		{branch: "retry/cancelled by Interrupt: attempt_retired stays set", start: "running, owned, attempt 1, retry pending (retired), bootstrapped",
-			setup:  func(h *harness, id uuid.UUID) { owned1(h, id); h.retryState(id) },
-			change: "Interrupt (retry_state cleared, same episode)", apply: func(h *harness, id uuid.UUID) { h.interrupt(id) },
+			setup:  func(h *fixture, id uuid.UUID) { owned1(h, id); h.retryState(id) },
+			change: "Interrupt (retry_state cleared, same episode)", apply: func(h *fixture, id uuid.UUID) { h.interrupt(id) },
 			hints: poller, outcome: applied, want: []string{"status"}, retired: true},
 		{branch: "retry/cancelled retry stays retired on a later Sync",
 			start:  "running, owned, attempt 1, retry pending, bootstrapped; then Interrupt synced (retired)",
-			setup:  func(h *harness, id uuid.UUID) { owned1(h, id); h.retryState(id) },
-			prime:  func(h *harness, id uuid.UUID) { h.interrupt(id) },
-			change: "message queued (I0 -> I1, same episode, no retry change)", apply: func(h *harness, id uuid.UUID) { h.send(id, "queued") },
+			setup:  func(h *fixture, id uuid.UUID) { owned1(h, id); h.retryState(id) },
+			prime:  func(h *fixture, id uuid.UUID) { h.interrupt(id) },
+			change: "message queued (I0 -> I1, same episode, no retry change)", apply: func(h *fixture, id uuid.UUID) { h.send(id, "queued") },
 			hints: poller, outcome: applied, want: []string{"queue_update"}, retired: true},
 		{branch: "retry/recorded and cancelled between Syncs: no retry event, retired", start: "running, owned, attempt 1, bootstrapped",
 			setup:  owned1,
-			change: "RecordRetryState, then Interrupt", apply: func(h *harness, id uuid.UUID) { h.retryState(id); h.interrupt(id) },
+			change: "RecordRetryState, then Interrupt", apply: func(h *fixture, id uuid.UUID) { h.retryState(id); h.interrupt(id) },
 			hints: poller, outcome: applied, want: []string{"status"}, retired: true},
 		{branch: "retry/recorded then error: no retry event", start: "running, owned, attempt 1, bootstrapped", setup: owned1,
-			change: "RecordRetryState, then FinishError", apply: func(h *harness, id uuid.UUID) { h.retryState(id); h.finishError(id) },
+			change: "RecordRetryState, then FinishError", apply: func(h *fixture, id uuid.UUID) { h.retryState(id); h.finishError(id) },
 			hints: poller, outcome: applied, want: []string{"status", "error"}, retired: true},
 		{branch: "retry/not sent when status is not running", start: "running, bootstrapped", setup: running,
-			change: "raw row: status waiting with a retry_state", apply: func(h *harness, id uuid.UUID) {
+			change: "raw row: status waiting with a retry_state", apply: func(h *fixture, id uuid.UUID) {
 				h.rawUpdate(id, `status = 'waiting', retry_state = '{"attempt":1,"delay_ms":500,"error":"x"}'::jsonb`)
 			},
 			hints: poller, outcome: applied, want: []string{"status"}, retired: true},
 		{branch: "retry/new attempt after a retry clears attempt_retired", start: "running, owned, attempt 1, retry pending (retired), bootstrapped",
-			setup:  func(h *harness, id uuid.UUID) { owned1(h, id); h.retryState(id) },
-			change: "RecordGenerationAttempt (trigger clears retry_state)", apply: func(h *harness, id uuid.UUID) { h.attempt(id) },
+			setup:  func(h *fixture, id uuid.UUID) { owned1(h, id); h.retryState(id) },
+			change: "RecordGenerationAttempt (trigger clears retry_state)", apply: func(h *fixture, id uuid.UUID) { h.attempt(id) },
 			hints: poller, outcome: applied, want: []string{"preview_reset"}},
 
 		// Steps 8 and 9: preview_reset and the relay target.
 		{branch: "preview/first attempt on a history", start: "running, attempt 0, bootstrapped", setup: running,
-			change: "Acquire + RecordGenerationAttempt", apply: func(h *harness, id uuid.UUID) { h.acquire(id, w1); h.attempt(id) },
+			change: "Acquire + RecordGenerationAttempt", apply: func(h *fixture, id uuid.UUID) { h.acquire(id, w1); h.attempt(id) },
 			hints: poller, outcome: applied, want: []string{"preview_reset"}},
 		{branch: "preview/next attempt", start: "running, owned, attempt 1, bootstrapped", setup: owned1,
-			change: "RecordGenerationAttempt", apply: func(h *harness, id uuid.UUID) { h.attempt(id) },
+			change: "RecordGenerationAttempt", apply: func(h *fixture, id uuid.UUID) { h.attempt(id) },
 			hints: poller, outcome: applied, want: []string{"preview_reset"}},
 		{branch: "preview/history change drops attempt to 0: one reset", start: "running, owned, attempt 1, bootstrapped", setup: owned1,
-			change: "CommitStep (history +, attempt -> 0)", apply: func(h *harness, id uuid.UUID) { h.commitStep(id, "step") },
+			change: "CommitStep (history +, attempt -> 0)", apply: func(h *fixture, id uuid.UUID) { h.commitStep(id, "step") },
 			hints: poller, outcome: applied, want: []string{"message", "preview_reset"}},
 		{branch: "preview/attempt drops to 0 on the same history: no reset", start: "running, owned, attempt 1, bootstrapped", setup: owned1,
-			change: "raw row: generation_attempt = 0", apply: func(h *harness, id uuid.UUID) { h.rawUpdate(id, `generation_attempt = 0`) },
+			change: "raw row: generation_attempt = 0", apply: func(h *fixture, id uuid.UUID) { h.rawUpdate(id, `generation_attempt = 0`) },
 			hints: poller, outcome: applied, want: []string{}},
 		{branch: "relay/worker change only", start: "running, owned by w1, attempt 1, bootstrapped", setup: owned1,
-			change: "Acquire by w2", apply: func(h *harness, id uuid.UUID) { h.acquire(id, w2) },
+			change: "Acquire by w2", apply: func(h *fixture, id uuid.UUID) { h.acquire(id, w2) },
 			hints: poller, outcome: applied, want: []string{}},
 	}
 	for _, row := range rows {
@@ -365,7 +365,7 @@ func TestSyncBranchTable(t *testing.T) {
 // present.
 func TestSyncWorkerHintTriState(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	w1, w2 := uuid.New(), uuid.New()
 	absent := streamloop.Hints{}
 	null := streamloop.Hints{Worker: true}
@@ -425,9 +425,9 @@ func TestSyncWorkerHintTriState(t *testing.T) {
 // chat's row is the notification (and poll) hint for it.
 var orderSteps = []struct {
 	name string
-	do   func(h *harness, id uuid.UUID, w uuid.UUID)
+	do   func(h *fixture, id uuid.UUID, w uuid.UUID)
 }{
-	{"b0 acquire + attempt 1", func(h *harness, id, w uuid.UUID) {
+	{"b0 acquire + attempt 1", func(h *fixture, id, w uuid.UUID) {
 		h.do(id, func(tx *chatstate.Tx) error {
 			if err := tx.Acquire(h.ctx, w, uuid.New()); err != nil {
 				return err
@@ -435,13 +435,13 @@ var orderSteps = []struct {
 			return tx.RecordGenerationAttempt(h.ctx)
 		})
 	}},
-	{"b1 step a (history, attempt 0)", func(h *harness, id, _ uuid.UUID) { h.commitStep(id, "a") }},
-	{"b2 attempt 1", func(h *harness, id, _ uuid.UUID) { h.attempt(id) }},
-	{"b3 queue q", func(h *harness, id, _ uuid.UUID) { h.send(id, "q") }},
-	{"b4 retry", func(h *harness, id, _ uuid.UUID) { h.retryState(id) }},
-	{"b5 attempt 2 (retry cleared)", func(h *harness, id, _ uuid.UUID) { h.attempt(id) }},
-	{"b6 step b + finish (q promoted)", func(h *harness, id, _ uuid.UUID) { h.commitAndFinish(id, "b") }},
-	{"b7 error", func(h *harness, id, _ uuid.UUID) { h.finishError(id) }},
+	{"b1 step a (history, attempt 0)", func(h *fixture, id, _ uuid.UUID) { h.commitStep(id, "a") }},
+	{"b2 attempt 1", func(h *fixture, id, _ uuid.UUID) { h.attempt(id) }},
+	{"b3 queue q", func(h *fixture, id, _ uuid.UUID) { h.send(id, "q") }},
+	{"b4 retry", func(h *fixture, id, _ uuid.UUID) { h.retryState(id) }},
+	{"b5 attempt 2 (retry cleared)", func(h *fixture, id, _ uuid.UUID) { h.attempt(id) }},
+	{"b6 step b + finish (q promoted)", func(h *fixture, id, _ uuid.UUID) { h.commitAndFinish(id, "b") }},
+	{"b7 error", func(h *fixture, id, _ uuid.UUID) { h.finishError(id) }},
 }
 
 // TestSyncNotificationOrders: duplicated, dropped and reordered
@@ -453,11 +453,11 @@ var orderSteps = []struct {
 // converge to a fresh client's view and state.
 func TestSyncNotificationOrders(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	n := len(orderSteps)
 
 	// A fresh client of a chat after the whole scenario.
-	final := func(h *harness, id uuid.UUID) (view, streamloop.State) {
+	final := func(h *fixture, id uuid.UUID) (view, streamloop.State) {
 		var v view
 		l := streamloop.New(h.pool, id, nil, nil)
 		evs, err := l.Bootstrap(h.ctx)
