@@ -59,8 +59,8 @@ func cycleSending(h *fixture, id uuid.UUID, sendOpts ...chatstate.BundleOption) 
 	return err
 }
 
-// cycleUnbundled runs the same turn as the six bundles a worker used to
-// apply one transition each: the baseline of cycle.
+// cycleUnbundled runs the same turn as six bundles of one transition
+// each, as a worker would without combining them: the baseline of cycle.
 func cycleUnbundled(h *fixture, id uuid.UUID) error {
 	steps := []func(tx *chatstate.Tx) error{
 		func(tx *chatstate.Tx) error {

@@ -92,7 +92,7 @@ func (e Event) AppendJSON(dst, cursor []byte) ([]byte, error) {
 	}
 	// The envelope is written by hand, byte for byte what marshalling it
 	// as a map gives (keys sorted, the payload's key among them): a Sync
-	// writes one per watcher, and the map's reflection was most of a
+	// writes one per watcher, and the map's reflection would be most of a
 	// large fan-out's CPU.
 	keys := [4]string{"chat_id", "cursor", e.Type, "type"}
 	slices.Sort(keys[:])

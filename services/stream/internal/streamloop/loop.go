@@ -93,8 +93,8 @@ func (l *Loop) Finish(ctx context.Context, f Fetched) ([]Event, error) {
 
 // AppendFinish is Finish appending its events to dst (returned as is on
 // an error), so that a connection reuses one slice for every Sync: with
-// thousands of watchers of a chat, a new slice per watcher per change was
-// a good part of the replica's CPU in a turn's first rounds.
+// thousands of watchers of a chat, a new slice per watcher per change
+// would be a good part of the replica's CPU in a turn's first rounds.
 func (l *Loop) AppendFinish(ctx context.Context, dst []Event, f Fetched) ([]Event, error) {
 	if f.r == nil || f.r.l != l {
 		return dst, errors.New("stream loop: finishing a read of another loop")

@@ -116,7 +116,7 @@ func (r *PendingRead) Ready() (f Fetched, ok bool) {
 // CPU while the next commit lands). Finishing it is the Sync that
 // notification would have been; the loop then prepares this Sync again
 // from its new position, where the newer read usually waits (Ready).
-// Without this each lagging loop started a read of its own, a goroutine
+// Without it each lagging loop would start a read of its own, a goroutine
 // and a wait per watcher. ok is false when there is no such read.
 func (r *PendingRead) Step() (f Fetched, ok bool) {
 	if r.l.reads == nil || r.h == nil {

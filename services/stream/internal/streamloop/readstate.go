@@ -108,7 +108,7 @@ var streamReadTx = pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.R
 // (a full refresh), the queue when its version moved past minQueue, the
 // open tool calls when the chat waits in requires_action on a history past
 // minAction; then the COMMIT. One batch, where a transaction of one
-// statement at a time took four round trips or more.
+// statement at a time takes four round trips or more.
 func readPipelined(ctx context.Context, pool *pgxpool.Pool, in readInput, minQueue, minAction int64) (dbState, covered, error) {
 	var out dbState
 	var cov covered
