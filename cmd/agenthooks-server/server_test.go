@@ -68,17 +68,17 @@ func (b *syncBuffer) lines(t *testing.T) []map[string]any {
 	return out
 }
 
-type harness struct {
+type fixture struct {
 	p   *policy
 	log *syncBuffer
 	d   *hooks.Dispatcher
 }
 
-// newHarness serves the policy over TLS and points a real dispatcher at it,
+// setup serves the policy over TLS and points a real dispatcher at it,
 // signing with signSecret.
-func newHarness(t *testing.T, args []string, signSecret string) *harness {
+func setup(t *testing.T, args []string, signSecret string) *fixture {
 	t.Helper()
-	h := &harness{log: &syncBuffer{}}
+	h := &fixture{log: &syncBuffer{}}
 	var handler http.Handler
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		handler.ServeHTTP(w, r)
@@ -111,7 +111,7 @@ func preTool(t *testing.T, id, name string) hooks.Event {
 
 func TestLogOnlyByDefault(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, nil, secretA)
+	h := setup(t, nil, secretA)
 	prompt, err := hooks.UserPromptSubmit(chat, "my secret-123", json.RawMessage(`[{"type":"text","text":"my secret-123"}]`), true)
 	require.NoError(t, err)
 	post, err := hooks.PostToolUse(chat, "call_1", "shell", json.RawMessage(`"ok"`), "")
@@ -142,7 +142,7 @@ func TestLogOnlyByDefault(t *testing.T) {
 
 func TestDenyToolAndReplayDuplicates(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, []string{"--log-only=false", "--deny-tool", "^shell$"}, secretA)
+	h := setup(t, []string{"--log-only=false", "--deny-tool", "^shell$"}, secretA)
 	resp, err := h.d.Dispatch(context.Background(), preTool(t, "call_1", "shell"))
 	require.NoError(t, err)
 	require.True(t, hooks.Denied(resp))
@@ -184,7 +184,7 @@ func TestDenyToolAndReplayDuplicates(t *testing.T) {
 
 func TestReplacePrompt(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, []string{"--log-only=false", "--replace-prompt", `secret-(\d+)=[redacted $1]`}, secretA)
+	h := setup(t, []string{"--log-only=false", "--replace-prompt", `secret-(\d+)=[redacted $1]`}, secretA)
 	ev, err := hooks.UserPromptSubmit(chat, "my secret-123 here", json.RawMessage(`[]`), true)
 	require.NoError(t, err)
 	resp, err := h.d.Dispatch(context.Background(), ev)
@@ -208,7 +208,7 @@ func TestRejectsUnverifiedAndRotates(t *testing.T) {
 	t.Parallel()
 	// Signed with B, but the consumer knows only A: rejected, logged, and
 	// the dispatch fails closed.
-	h := newHarness(t, nil, secretB)
+	h := setup(t, nil, secretB)
 	_, err := h.d.Dispatch(context.Background(), preTool(t, "call_1", "shell"))
 	de, ok := hooks.AsDispatchError(err)
 	require.True(t, ok, "%v", err)
@@ -219,7 +219,7 @@ func TestRejectsUnverifiedAndRotates(t *testing.T) {
 	require.Equal(t, "rejected", lines[0]["msg"])
 
 	// With both secrets (a rotation) the consumer accepts B too.
-	h = newHarness(t, []string{"--secret", secretA + "," + secretB}, secretB)
+	h = setup(t, []string{"--secret", secretA + "," + secretB}, secretB)
 	_, err = h.d.Dispatch(context.Background(), preTool(t, "call_1", "shell"))
 	require.NoError(t, err)
 	require.Equal(t, "event", h.log.lines(t)[0]["msg"])

@@ -22,9 +22,8 @@ import (
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
 
-// BenchmarkFanOut is issue 19's workload on the four services as
-// processes: CHATD_BENCH_WATCHERS (5,000) SSE watchers of one chat over
-// TCP, split between CHATD_BENCH_REPLICAS stream processes (1), then one
+// BenchmarkFanOut measures fan-out on the four services as processes:
+// CHATD_BENCH_WATCHERS (5,000) SSE watchers of one chat over TCP, split between CHATD_BENCH_REPLICAS stream processes (1), then one
 // turn whose scripted model streams CHATD_BENCH_TOKENS parts (200): the
 // first at once, the rest at CHATD_BENCH_RATE per second (20). The watchers are this process's
 // goroutines, each reading its connection and noting when each part (by

@@ -160,8 +160,8 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	// A few turns first, outside the figures: the stack has just started,
 	// and a process's first turns also pay for their connections, the
 	// relay's connection to the worker, prepared statements and catalog
-	// caches (the first turn took ~25 ms more, as BenchmarkFanOut's warm-up
-	// found), which a deployment pays once, not per turn.
+	// caches (a first turn takes about 25 ms more), which a deployment
+	// pays once, not per turn.
 	for range envInt("CHATD_BENCH_WARMUP", 3) {
 		turn(false)
 	}

@@ -21,18 +21,18 @@ const transitionsPerCycle = 6
 // bundles it costs (services/worker/internal/runner/bundle.go): the api's
 // SendMessage; the worker's Acquire with its first RecordGenerationAttempt;
 // its CommitStep with FinishTurn and Abandon.
-func cycle(h *harness, id uuid.UUID) error {
+func cycle(h *fixture, id uuid.UUID) error {
 	return cycleSending(h, id, chatstate.WithOpenToolCalls(), chatstate.WithMessageID())
 }
 
 // cycleSendUnheld is cycle with the message's insert and execution write
 // in a round trip of their own, before the COMMIT.
-func cycleSendUnheld(h *harness, id uuid.UUID) error {
+func cycleSendUnheld(h *fixture, id uuid.UUID) error {
 	return cycleSending(h, id, chatstate.WithOpenToolCalls())
 }
 
 // cycleSending is cycle with SendMessage's bundle opened with sendOpts.
-func cycleSending(h *harness, id uuid.UUID, sendOpts ...chatstate.BundleOption) error {
+func cycleSending(h *fixture, id uuid.UUID, sendOpts ...chatstate.BundleOption) error {
 	if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
 		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("benchmark prompt")), chatstate.BusyQueue)
 		return err
@@ -59,9 +59,9 @@ func cycleSending(h *harness, id uuid.UUID, sendOpts ...chatstate.BundleOption) 
 	return err
 }
 
-// cycleUnbundled runs the same turn as the six bundles a worker used to
-// apply one transition each: the baseline of cycle.
-func cycleUnbundled(h *harness, id uuid.UUID) error {
+// cycleUnbundled runs the same turn as six bundles of one transition
+// each, as a worker would without combining them: the baseline of cycle.
+func cycleUnbundled(h *fixture, id uuid.UUID) error {
 	steps := []func(tx *chatstate.Tx) error{
 		func(tx *chatstate.Tx) error {
 			_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("benchmark prompt")), chatstate.BusyQueue)
@@ -91,7 +91,7 @@ func reportTransitions(b *testing.B, cycles int64, elapsed time.Duration) {
 
 // BenchmarkCycleOneChat drives turns one after another on one chat.
 func BenchmarkCycleOneChat(b *testing.B) {
-	h := newHarness(b)
+	h := setup(b)
 	id := h.create(false)
 	b.ResetTimer()
 	start := time.Now()
@@ -117,9 +117,9 @@ func BenchmarkCycle1000Chats16ClientsUnbundled(b *testing.B) { benchCycles(b, cy
 // with the api's message sent before its COMMIT, in a round trip of its own.
 func BenchmarkCycle1000Chats16ClientsSendUnheld(b *testing.B) { benchCycles(b, cycleSendUnheld) }
 
-func benchCycles(b *testing.B, cycle func(*harness, uuid.UUID) error) {
+func benchCycles(b *testing.B, cycle func(*fixture, uuid.UUID) error) {
 	const chats, clients = 1000, 16
-	h := newHarness(b)
+	h := setup(b)
 	// Each client owns the chats j with j%clients == c.
 	own := make([][]uuid.UUID, clients)
 	for j := 0; j < chats; j++ {

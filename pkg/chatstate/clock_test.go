@@ -13,11 +13,11 @@ import (
 // TestBundlesWithoutAClockUsePostgresTime: a Machine without an injected
 // clock (every service's) takes each bundle's clock from Postgres, so the
 // requires_action deadline is RequiresActionTimeout after the database's
-// present, and Tx.Now is the database's too. The harness's own clock is
+// present, and Tx.Now is the database's too. The fixture's own clock is
 // fixed days in the past: neither may come from it.
 func TestBundlesWithoutAClockUsePostgresTime(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	m := chatstate.New(h.pool, chatstate.Config{RequiresActionTimeout: 90 * time.Second})
 	id := h.reach(chatstate.R0, 0, true)
 
@@ -53,7 +53,7 @@ func TestBundlesWithoutAClockUsePostgresTime(t *testing.T) {
 // the clock every lease check uses.
 func TestAcquireWritesTheLeaseOnPostgresTime(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t) // its clock is fixed days in the past
+	h := setup(t) // its clock is fixed days in the past
 	id := h.reach(chatstate.R0, 0, false)
 	h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, h.worker, uuid.New()) })
 	var fresh bool

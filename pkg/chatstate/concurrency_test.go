@@ -22,7 +22,7 @@ import (
 // the queue, or deleted — none lost, none duplicated.
 func TestConcurrentBundlesOnOneChat(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.R0, 0, true)
 	start, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)

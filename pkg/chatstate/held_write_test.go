@@ -27,7 +27,7 @@ func takeTrips(rec *dbtest.RoundTrips) []string {
 	return out
 }
 
-func newTracedHarness(t *testing.T) (*harness, *dbtest.RoundTrips) {
+func setupTraced(t *testing.T) (*fixture, *dbtest.RoundTrips) {
 	t.Helper()
 	rec := &dbtest.RoundTrips{}
 	pool := dbtest.NewPoolOn(t, dbtest.NewDatabase(t), dbpool.Options{MaxConns: 32, Tracer: multitracer.New(dbtest.Guard(t), rec)})
@@ -37,7 +37,7 @@ func newTracedHarness(t *testing.T) (*harness, *dbtest.RoundTrips) {
 // refuse makes the test database refuse the writes of event (a trigger's
 // "INSERT ON table") for which when holds, with "<what> refused for the
 // test".
-func (h *harness) refuse(what, event, when string) {
+func (h *fixture) refuse(what, event, when string) {
 	h.t.Helper()
 	_, err := h.pool.Exec(h.ctx, fmt.Sprintf(`
 CREATE FUNCTION refuse_%[1]s() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -54,7 +54,7 @@ CREATE TRIGGER refuse_%[1]s BEFORE %[2]s FOR EACH ROW EXECUTE FUNCTION refuse_%[
 // COMMIT, one round trip, and both land in order.
 func TestAcquireTravelsWithTheAttempt(t *testing.T) {
 	t.Parallel()
-	h, rec := newTracedHarness(t)
+	h, rec := setupTraced(t)
 	id := h.reach(chatstate.R0, 0, false)
 	runner := uuid.New()
 	takeTrips(rec)
@@ -90,7 +90,7 @@ func TestAcquireTravelsWithTheAttempt(t *testing.T) {
 // lands on the right count) and by the commit when nothing follows.
 func TestHeldAcquireRunsBeforeWhatFollows(t *testing.T) {
 	t.Parallel()
-	h, rec := newTracedHarness(t)
+	h, rec := setupTraced(t)
 
 	// Alone: it goes with the commit.
 	id := h.reach(chatstate.R0, 0, false)
@@ -164,7 +164,7 @@ func TestHeldAcquireRunsBeforeWhatFollows(t *testing.T) {
 // Acquire's error, and nothing is written.
 func TestHeldAcquireThatFailsFailsItsBundle(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	h.refuse("lease", "INSERT ON chat_heartbeats", "true")
 	id := h.reach(chatstate.R0, 0, false)
 	cases := map[string]func(tx *chatstate.Tx) error{
@@ -220,7 +220,7 @@ func TestHeldAcquireThatFailsFailsItsBundle(t *testing.T) {
 // the same round trip.
 func TestHeldAttemptPredictsTheRetryTrigger(t *testing.T) {
 	t.Parallel()
-	h, rec := newTracedHarness(t)
+	h, rec := setupTraced(t)
 	id := h.reach(chatstate.R0, 0, false)
 	runner := uuid.New()
 	h.do(id, func(tx *chatstate.Tx) error {
@@ -259,7 +259,7 @@ func TestHeldAttemptPredictsTheRetryTrigger(t *testing.T) {
 // and the connection goes back to the pool for the next bundle.
 func TestHeldAttemptThatFailsAtTheCommit(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.R0, 0, false)
 	h.refuse("attempt", "UPDATE ON chats", "NEW.generation_attempt > OLD.generation_attempt")
 	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
@@ -287,7 +287,7 @@ func TestHeldAttemptThatFailsAtTheCommit(t *testing.T) {
 // greater IDs; a bundle that inserts nothing leaves a gap only.
 func TestTurnStartTravelsWithTheCommit(t *testing.T) {
 	t.Parallel()
-	h, rec := newTracedHarness(t)
+	h, rec := setupTraced(t)
 	for _, from := range []chatstate.State{chatstate.W, chatstate.E0} {
 		id := h.reach(from, 0, false)
 		if from == chatstate.E0 {
@@ -358,7 +358,7 @@ func TestTurnStartTravelsWithTheCommit(t *testing.T) {
 // of it is written, and the chat takes the next message.
 func TestHeldTurnStartThatFailsAtTheCommit(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.W, 0, false)
 	h.refuse("message", "INSERT ON chat_messages", "NEW.content::text LIKE '%refuse me%'")
 	before, err := h.m.Get(h.ctx, id)
@@ -389,7 +389,7 @@ func TestHeldTurnStartThatFailsAtTheCommit(t *testing.T) {
 // with its own error and nothing of the bundle is written.
 func TestAtCommitTravelsWithTheCommit(t *testing.T) {
 	t.Parallel()
-	h, rec := newTracedHarness(t)
+	h, rec := setupTraced(t)
 	id := h.reach(chatstate.W, 0, false)
 	title := func(name string) func(*queries.Queries) {
 		return func(q *queries.Queries) {

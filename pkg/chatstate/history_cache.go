@@ -21,7 +21,7 @@ const historyRowOverhead = 256
 // with the history_version it was read at, so that the next bundle on the
 // chat reads only what changed since: every step decision of a worker
 // reads the whole active history under the chat's lock, and at a few
-// hundred messages the rows' transfer and decoding were most of the
+// hundred messages the rows' transfer and decoding would be most of the
 // Acquire bundle (BenchmarkActiveMessages).
 //
 // It is exact, not a hint. Every write to chat_messages happens in a

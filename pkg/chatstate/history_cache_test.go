@@ -20,9 +20,9 @@ import (
 // errReadDone rolls back a bundle that only read.
 var errReadDone = errors.New("read done")
 
-// newCachedHarness is a harness whose machine reads history through a
+// setupCached is a fixture whose machine reads history through a
 // HistoryCache of maxBytes.
-func newCachedHarness(t testing.TB, maxBytes int) *harness {
+func setupCached(t testing.TB, maxBytes int) *fixture {
 	t.Helper()
 	h := newHarnessOn(t, dbtest.NewPool(t))
 	h.history = chatstate.NewHistoryCache(maxBytes)
@@ -32,7 +32,7 @@ func newCachedHarness(t testing.TB, maxBytes int) *harness {
 
 // cachedHistory reads chat id's active history in a bundle of h's machine
 // that then rolls back.
-func (h *harness) cachedHistory(id uuid.UUID, opts ...chatstate.BundleOption) ([]queries.ChatMessage, error) {
+func (h *fixture) cachedHistory(id uuid.UUID, opts ...chatstate.BundleOption) ([]queries.ChatMessage, error) {
 	var msgs []queries.ChatMessage
 	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
 		var err error
@@ -51,7 +51,7 @@ func (h *harness) cachedHistory(id uuid.UUID, opts ...chatstate.BundleOption) ([
 // them read with the lock (WithActiveMessages), first or second by turns,
 // to equal the active history read from Postgres: the first catches up
 // with what changed, the others find the chat unchanged.
-func (h *harness) checkCachedHistory(t interface{ Fatalf(string, ...any) }, id uuid.UUID, where string) {
+func (h *fixture) checkCachedHistory(t interface{ Fatalf(string, ...any) }, id uuid.UUID, where string) {
 	want, err := queries.New(h.pool).ChatMessageListActive(h.ctx, id)
 	if err != nil {
 		t.Fatalf("%s: list active history: %v", where, err)
@@ -98,7 +98,7 @@ func rowKeys(rows []queries.ChatMessage) []string {
 func TestPropertyHistoryCacheAgreesWithPostgres(t *testing.T) {
 	t.Parallel()
 	setPropertyRuns(t)
-	h := newCachedHarness(t, 32<<10)
+	h := setupCached(t, 32<<10)
 	cov := &coverage{visited: map[chatstate.State]int{}, committed: map[chatstate.Transition]int{}}
 	rapid.Check(t, func(rt *rapid.T) {
 		walk(rt, h, cov)
@@ -113,7 +113,7 @@ func TestPropertyHistoryCacheAgreesWithPostgres(t *testing.T) {
 // must hold neither the lost message nor miss the kept one.
 func TestHistoryCacheIgnoresARolledBackBundle(t *testing.T) {
 	t.Parallel()
-	h := newCachedHarness(t, 0)
+	h := setupCached(t, 0)
 	id := h.create(true)
 	h.checkCachedHistory(t, id, "created")
 	errLost := errors.New("roll back")
@@ -144,7 +144,7 @@ func TestHistoryCacheIgnoresARolledBackBundle(t *testing.T) {
 // follow.
 func TestHistoryCacheFollowsAnotherMachine(t *testing.T) {
 	t.Parallel()
-	h := newCachedHarness(t, 0)
+	h := setupCached(t, 0)
 	other := chatstate.New(h.pool, chatstate.Config{Now: h.clock.Now})
 	id := h.create(true)
 	h.checkCachedHistory(t, id, "created")
@@ -211,9 +211,9 @@ func BenchmarkActiveMessages(b *testing.B) {
 		cached, write bool
 	}{{"full", false, false}, {"cached", true, false}, {"cached+2rows", true, true}} {
 		b.Run(c.name, func(b *testing.B) {
-			h := newHarness(b)
+			h := setup(b)
 			if c.cached {
-				h = newCachedHarness(b, 0)
+				h = setupCached(b, 0)
 			}
 			id := h.create(true)
 			// A turn: the answer, the turn's end and the next prompt.
@@ -254,7 +254,7 @@ func BenchmarkActiveMessages(b *testing.B) {
 // reads its own write, with and without a HistoryCache.
 func TestHistoryReadWithTheLockGivesWayToTheBundlesWrites(t *testing.T) {
 	t.Parallel()
-	for name, h := range map[string]*harness{"cached": newCachedHarness(t, 0), "uncached": newHarness(t)} {
+	for name, h := range map[string]*fixture{"cached": setupCached(t, 0), "uncached": setup(t)} {
 		id := h.create(true)
 		h.do(id, func(tx *chatstate.Tx) error {
 			_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{assistantText("first")}})

@@ -24,7 +24,7 @@ func withHookParts(prompt string, turn uuid.UUID) chatstate.NewMessage {
 }
 
 // userRows is the chat's active user rows as "visibility:text|part types".
-func userRows(h *harness, rows []queries.ChatMessage) []string {
+func userRows(h *fixture, rows []queries.ChatMessage) []string {
 	var out []string
 	for _, m := range rows {
 		if m.Role != chatstate.RoleUser {
@@ -47,7 +47,7 @@ func userRows(h *harness, rows []queries.ChatMessage) []string {
 // keeps both until then). No separate row is written for them.
 func TestPromptHookPartsStayInThePrompt(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 
 	id := h.create(false)
 	first, second := uuid.New(), uuid.New()
@@ -97,7 +97,7 @@ func TestPromptHookPartsStayInThePrompt(t *testing.T) {
 // hook-notice part; the notice row is no editable user message.
 func TestHookEffectMessages(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create(false)
 	h.do(id, func(tx *chatstate.Tx) error {
 		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(chatmsg.Content{chatmsg.Text("hi")}), chatstate.BusyQueue)

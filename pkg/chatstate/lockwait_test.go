@@ -16,7 +16,7 @@ import (
 // bundle A (a worker's CommitStep on R0) waits; B commits; A must see R1.
 func TestBundleSeesWritesCommittedWhileItWaitedForTheLock(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.R0, 0, true)
 
 	queued := make(chan struct{})

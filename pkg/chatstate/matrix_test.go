@@ -27,7 +27,7 @@ func defaultOp(t chatstate.Transition, queued int) op {
 
 // prepare readies a chat for transitions that need prior work: entering
 // requires_action needs a committed dynamic tool call.
-func (h *harness) prepare(id uuid.UUID, s chatstate.State, t chatstate.Transition) {
+func (h *fixture) prepare(id uuid.UUID, s chatstate.State, t chatstate.Transition) {
 	if t == chatstate.EnterRequiresAction && (s == chatstate.R0 || s == chatstate.R1) {
 		h.do(id, func(tx *chatstate.Tx) error {
 			_, err := tx.CommitStep(h.ctx, dynamicCallStep("call-9"))
@@ -44,7 +44,7 @@ func (h *harness) prepare(id uuid.UUID, s chatstate.State, t chatstate.Transitio
 // error, no change to any row, and no notification.
 func TestTransitionMatrix(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	// As the api opens SendMessage's bundles: a message starting a turn
 	// goes with the COMMIT (holdTurnStart). The property walks take both
 	// paths.
@@ -76,7 +76,7 @@ func TestTransitionMatrix(t *testing.T) {
 	require.Greater(t, allowed, 100)
 }
 
-func runCell(t *testing.T, h *harness, name string, s chatstate.State, owned bool, queued int, tr chatstate.Transition) (ok bool) {
+func runCell(t *testing.T, h *fixture, name string, s chatstate.State, owned bool, queued int, tr chatstate.Transition) (ok bool) {
 	t.Helper()
 	id := h.reach(s, queued, owned)
 	h.prepare(id, s, tr)
@@ -119,7 +119,7 @@ func runCell(t *testing.T, h *harness, name string, s chatstate.State, owned boo
 // refused transition's error) with no change and no notification.
 func TestWorkerBundleMatrix(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	bundles := map[string][]op{
 		"acquire+attempt":       {defaultOp(chatstate.Acquire, 0), defaultOp(chatstate.RecordGenerationAttempt, 0)},
 		"commit+finish+abandon": {defaultOp(chatstate.CommitStep, 0), defaultOp(chatstate.FinishTurn, 0), defaultOp(chatstate.Abandon, 0)},

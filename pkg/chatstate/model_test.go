@@ -428,7 +428,7 @@ func retryState(attempt int64) chatstate.RetryState {
 
 // applyDB runs o as one bundle. It resolves index arguments against the
 // chat's rows inside the bundle.
-func (h *harness) applyDB(id uuid.UUID, o op) (newQueuedID int64, err error) {
+func (h *fixture) applyDB(id uuid.UUID, o op) (newQueuedID int64, err error) {
 	ctx := h.ctx
 	if o.t == chatstate.Create {
 		msgs := []chatstate.NewMessage{{Role: chatstate.RoleSystem, Content: text("You are helpful.")}}
@@ -451,7 +451,7 @@ func (h *harness) applyDB(id uuid.UUID, o op) (newQueuedID int64, err error) {
 
 // applyBundleDB runs ops as one bundle, in order; it returns each op's new
 // queued message ID (0 when none).
-func (h *harness) applyBundleDB(id uuid.UUID, ops []op) ([]int64, error) {
+func (h *fixture) applyBundleDB(id uuid.UUID, ops []op) ([]int64, error) {
 	ids := make([]int64, len(ops))
 	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
 		for i, o := range ops {
@@ -466,7 +466,7 @@ func (h *harness) applyBundleDB(id uuid.UUID, ops []op) ([]int64, error) {
 }
 
 // applyTx applies o, any transition but Create, in the open bundle tx.
-func (h *harness) applyTx(tx *chatstate.Tx, o op) (newQueuedID int64, err error) {
+func (h *fixture) applyTx(tx *chatstate.Tx, o op) (newQueuedID int64, err error) {
 	ctx := h.ctx
 	err = func() error {
 		queueID := func() (int64, error) {
@@ -649,7 +649,7 @@ func toNewMessage(m refMsg) chatstate.NewMessage {
 // --- reading Postgres into the model's shape -------------------------------
 
 // loadModel reads chat id from Postgres into a refModel.
-func (h *harness) loadModel(id uuid.UUID) refModel {
+func (h *fixture) loadModel(id uuid.UUID) refModel {
 	h.t.Helper()
 	r, err := loadModel(h.ctx, queries.New(h.pool), id)
 	if err != nil {

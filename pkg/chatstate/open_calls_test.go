@@ -15,7 +15,7 @@ import (
 // openCallsBothWays reads chat id's open tool calls in one bundle twice:
 // through the ChatMessageOpenToolCalls query, and as the bundle derives
 // them from the active history it read.
-func openCallsBothWays(h *harness, id uuid.UUID) (query, derived []chatstate.OpenToolCall) {
+func openCallsBothWays(h *fixture, id uuid.UUID) (query, derived []chatstate.OpenToolCall) {
 	h.t.Helper()
 	h.do(id, func(tx *chatstate.Tx) error {
 		rows, err := tx.Queries().ChatMessageOpenToolCalls(h.ctx, id)
@@ -39,7 +39,7 @@ func openCallsBothWays(h *harness, id uuid.UUID) (query, derived []chatstate.Ope
 // (sparing the query) are the ones the query finds, in every state and
 // across partly answered steps.
 func TestOpenToolCallsFromHistoryMatchTheQuery(t *testing.T) {
-	h := newHarness(t)
+	h := setup(t)
 	for _, s := range chatstate.States {
 		if s == chatstate.N {
 			continue

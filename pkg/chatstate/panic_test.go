@@ -15,7 +15,7 @@ import (
 // waiting on a connection nobody will return.
 func TestPanickingBundleReleasesTheChat(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create(true)
 	require.Panics(t, func() {
 		_, _ = h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {

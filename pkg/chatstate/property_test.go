@@ -37,7 +37,7 @@ func setPropertyRuns(t *testing.T) {
 func TestPropertyRandomWalks(t *testing.T) {
 	t.Parallel()
 	setPropertyRuns(t)
-	h := newHarness(t)
+	h := setup(t)
 	cov := &coverage{visited: map[chatstate.State]int{}, committed: map[chatstate.Transition]int{}}
 	rapid.Check(t, func(rt *rapid.T) {
 		walk(rt, h, cov)
@@ -57,7 +57,7 @@ type coverage struct {
 }
 
 // walk takes one random walk on a fresh chat.
-func walk(rt *rapid.T, h *harness, cov *coverage) {
+func walk(rt *rapid.T, h *fixture, cov *coverage) {
 	id := uuid.New()
 	model := refModel{dynamic: map[string]bool{}}
 	callSeq := 0
@@ -113,7 +113,7 @@ func equalModels(a, b refModel) bool { return reflect.DeepEqual(a.norm(), b.norm
 // step applies ops to Postgres (one op alone, several as one bundle) and,
 // when the model predicts they commit, to the model; a refused step must
 // change nothing. Then both must agree.
-func step(rt *rapid.T, h *harness, id uuid.UUID, model *refModel, ops []op, cov *coverage, i int) {
+func step(rt *rapid.T, h *fixture, id uuid.UUID, model *refModel, ops []op, cov *coverage, i int) {
 	var want, err error
 	h.opts = h.opts[:0]
 	if rapid.Bool().Draw(rt, "withOpenToolCalls") {

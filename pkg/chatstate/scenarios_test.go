@@ -20,7 +20,7 @@ import (
 
 func TestRejectionNamesTransitionAndState(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.XW, 0, false)
 	_, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {
 		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("hi")), chatstate.BusyQueue)
@@ -35,7 +35,7 @@ func TestRejectionNamesTransitionAndState(t *testing.T) {
 
 func TestCreateWithoutUserMessageWaits(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create(false)
 	snap, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)
@@ -52,7 +52,7 @@ func TestCreateWithoutUserMessageWaits(t *testing.T) {
 
 func TestSendInterruptOnUnownedChatPromotesAtOnce(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 
 	// From R0 the promoted head is the sent message itself.
 	id := h.reach(chatstate.R0, 0, false)
@@ -92,7 +92,7 @@ func TestSendInterruptOnUnownedChatPromotesAtOnce(t *testing.T) {
 
 func TestInterruptLandings(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	cases := []struct {
 		from  chatstate.State
 		owned bool
@@ -121,7 +121,7 @@ func TestInterruptLandings(t *testing.T) {
 
 func TestLeavingRequiresActionAnswersPendingCalls(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.A0, 0, true)
 	h.do(id, func(tx *chatstate.Tx) error { return tx.CancelRequiresAction(h.ctx, "") })
 	msgs := h.activeMessages(id)
@@ -140,7 +140,7 @@ func TestLeavingRequiresActionAnswersPendingCalls(t *testing.T) {
 
 func TestRequiresActionDeadline(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.A0, 0, true)
 	snap, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)
@@ -168,7 +168,7 @@ func TestRequiresActionDeadline(t *testing.T) {
 
 func TestCompleteRequiresActionValidatesResults(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.A1, 1, true)
 	bad := [][]chatstate.ToolResult{
 		nil, // missing the pending call
@@ -196,7 +196,7 @@ func TestCompleteRequiresActionValidatesResults(t *testing.T) {
 
 func TestCompactionRequestLifecycle(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.E0, 0, false)
 	before, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)
@@ -238,7 +238,7 @@ func TestCompactionRequestLifecycle(t *testing.T) {
 
 func TestClearContextCommitsBoundary(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.E0, 0, true)
 	out := h.do(id, func(tx *chatstate.Tx) error {
 		_, err := tx.ClearContext(h.ctx, chatstate.ClearBoundary("clear-1"))
@@ -267,7 +267,7 @@ func TestClearContextCommitsBoundary(t *testing.T) {
 
 func TestEditMessageTruncatesAndClearsQueue(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.A1, 2, true)
 	first := h.activeMessages(id)[1] // [system, user "hello", assistant call, ...]
 	require.Equal(t, chatstate.RoleUser, first.Role)
@@ -304,7 +304,7 @@ func TestEditMessageTruncatesAndClearsQueue(t *testing.T) {
 
 func TestPromoteQueuedMessage(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	// From E1: into history at once, carrying its queue ID; the error clears.
 	id := h.reach(chatstate.E1, 2, false)
 	qs := h.queue(id)
@@ -334,7 +334,7 @@ func TestPromoteQueuedMessage(t *testing.T) {
 
 func TestFamilyArchive(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	root := h.reach(chatstate.W, 0, false)
 	child := h.createChild(root, false)
 	grandchild := h.createChild(child, false)
@@ -388,28 +388,28 @@ func ids(qs []queries.ChatQueuedMessage) []int64 {
 	return out
 }
 
-func (h *harness) activeMessages(id uuid.UUID) []queries.ChatMessage {
+func (h *fixture) activeMessages(id uuid.UUID) []queries.ChatMessage {
 	h.t.Helper()
 	msgs, err := queries.New(h.pool).ChatMessageListActive(h.ctx, id)
 	require.NoError(h.t, err)
 	return msgs
 }
 
-func (h *harness) queue(id uuid.UUID) []queries.ChatQueuedMessage {
+func (h *fixture) queue(id uuid.UUID) []queries.ChatQueuedMessage {
 	h.t.Helper()
 	qs, err := queries.New(h.pool).ChatQueuedMessageList(h.ctx, id)
 	require.NoError(h.t, err)
 	return qs
 }
 
-func (h *harness) childParams(parent uuid.UUID) chatstate.CreateParams {
+func (h *fixture) childParams(parent uuid.UUID) chatstate.CreateParams {
 	return chatstate.CreateParams{
 		ID: uuid.New(), OrganizationID: h.org, OwnerID: h.user, ParentChatID: &parent, Title: "child",
 		Messages: []chatstate.NewMessage{{Role: chatstate.RoleSystem, Content: text("sub")}},
 	}
 }
 
-func (h *harness) createChild(parent uuid.UUID, withUser bool) uuid.UUID {
+func (h *fixture) createChild(parent uuid.UUID, withUser bool) uuid.UUID {
 	h.t.Helper()
 	p := h.childParams(parent)
 	if withUser {
@@ -422,7 +422,7 @@ func (h *harness) createChild(parent uuid.UUID, withUser bool) uuid.UUID {
 
 func TestNothingToCompactOrClear(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	check := func(id uuid.UUID) (compact, clear bool) {
 		h.do(id, func(tx *chatstate.Tx) (err error) {
 			if compact, err = tx.HasCompactableHistory(h.ctx); err != nil {
@@ -465,7 +465,7 @@ func TestNothingToCompactOrClear(t *testing.T) {
 
 func TestViewIsReadOnlyAndSilent(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.A0, 0, true)
 	before, err := h.m.Get(h.ctx, id)
 	require.NoError(t, err)
@@ -497,7 +497,7 @@ func TestViewIsReadOnlyAndSilent(t *testing.T) {
 
 func TestFamilyArchiveIfRollsBackWhenTheCheckFails(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	root := h.reach(chatstate.W, 0, false)
 	child := h.createChild(root, false)
 	before := h.loadModel(child)

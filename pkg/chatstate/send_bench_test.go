@@ -18,7 +18,7 @@ func BenchmarkSendStartsTurn(b *testing.B) {
 		{"unheld", []chatstate.BundleOption{chatstate.WithOpenToolCalls()}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			h := newHarness(b)
+			h := setup(b)
 			id := h.reach(chatstate.W, 0, false)
 			for b.Loop() {
 				if _, err := h.m.Update(h.ctx, id, func(tx *chatstate.Tx) error {

@@ -60,8 +60,8 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// env is a real NATS server with a publishing and a subscribing connection.
-type env struct {
+// fixture is a real NATS server with a publishing and a subscribing connection.
+type fixture struct {
 	t    *testing.T
 	ctx  context.Context
 	url  string
@@ -71,12 +71,12 @@ type env struct {
 	p    *notify.Publisher
 }
 
-func newEnv(t *testing.T) *env {
+func setup(t *testing.T) *fixture {
 	t.Helper()
 	url := natstest.URL(t)
 	pub := natstest.Connect(t, url)
 	logs := &lockedBuffer{}
-	return &env{
+	return &fixture{
 		t: t, ctx: context.Background(), url: url, pub: pub,
 		sub:  natstest.Connect(t, url),
 		logs: logs,
@@ -86,7 +86,7 @@ func newEnv(t *testing.T) *env {
 
 // updates subscribes to chat id's updates and waits until the server has
 // the subscription.
-func (e *env) updates(id uuid.UUID) <-chan *chatdv1.ChatUpdateNotification {
+func (e *fixture) updates(id uuid.UUID) <-chan *chatdv1.ChatUpdateNotification {
 	e.t.Helper()
 	ch := make(chan *chatdv1.ChatUpdateNotification, 64)
 	s, err := notify.SubscribeUpdates(e.sub, id, func(n *chatdv1.ChatUpdateNotification) { ch <- n })
@@ -98,7 +98,7 @@ func (e *env) updates(id uuid.UUID) <-chan *chatdv1.ChatUpdateNotification {
 
 // ownership subscribes to chat:ownership and waits until the server has the
 // subscription.
-func (e *env) ownership() <-chan *chatdv1.OwnershipNotification {
+func (e *fixture) ownership() <-chan *chatdv1.OwnershipNotification {
 	e.t.Helper()
 	ch := make(chan *chatdv1.OwnershipNotification, 64)
 	s, err := notify.SubscribeOwnership(e.sub, func(n *chatdv1.OwnershipNotification) { ch <- n })
@@ -109,9 +109,9 @@ func (e *env) ownership() <-chan *chatdv1.OwnershipNotification {
 }
 
 // chats is a state machine on a fresh database whose commits are published
-// by the env's Publisher.
+// by the fixture's Publisher.
 type chats struct {
-	*env
+	*fixture
 	m         *chatstate.Machine
 	pool      *pgxpool.Pool
 	org, user uuid.UUID
@@ -119,9 +119,9 @@ type chats struct {
 
 func newChats(t *testing.T) *chats {
 	t.Helper()
-	e := newEnv(t)
+	e := setup(t)
 	pool := dbtest.NewPool(t)
-	c := &chats{env: e, m: chatstate.New(pool, chatstate.Config{AfterCommit: e.p.AfterCommit}), pool: pool, org: uuid.New(), user: uuid.New()}
+	c := &chats{fixture: e, m: chatstate.New(pool, chatstate.Config{AfterCommit: e.p.AfterCommit}), pool: pool, org: uuid.New(), user: uuid.New()}
 	q := queries.New(pool)
 	require.NoError(t, q.OrganizationEnsure(e.ctx, queries.OrganizationEnsureParams{ID: c.org, Name: "org"}))
 	require.NoError(t, q.UserEnsure(e.ctx, queries.UserEnsureParams{ID: c.user, Name: "user"}))
@@ -396,7 +396,7 @@ func TestUpdateFromSnapshot(t *testing.T) {
 // and ownership for the runnable unowned ones, in order.
 func TestAfterCommitBatch(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 
 	w, r := uuid.New(), uuid.New()
 	snaps := []chatstate.Snapshot{
@@ -430,7 +430,7 @@ func TestAfterCommitBatch(t *testing.T) {
 // returns.
 func TestAfterCommitBestEffort(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	e.pub.Close()
 
 	s := snapshot(chatstate.StatusRunning, false, 0, nil, nil)
@@ -455,7 +455,7 @@ func TestAfterCommitBestEffort(t *testing.T) {
 // Subscribers skip what does not decode and deliver what follows.
 func TestSubscribersSkipUndecodable(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	id := uuid.New()
 	updates, owners := e.updates(id), e.ownership()
 

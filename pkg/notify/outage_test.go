@@ -158,7 +158,7 @@ func TestOwnershipForStaleOwner(t *testing.T) {
 // The slot-freed notification names no chat, and subscribers deliver it.
 func TestSlotFreedIsDelivered(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	owners := e.ownership()
 	data, err := proto.Marshal(notify.SlotFreed())
 	require.NoError(t, err)

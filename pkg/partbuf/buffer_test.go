@@ -17,7 +17,7 @@ import (
 	"github.com/chatd/chatd/pkg/partbuf"
 )
 
-type bundle struct {
+type fixture struct {
 	buf   *partbuf.Buffer
 	clock *clockwork.FakeClock
 	ep    partbuf.Episode
@@ -25,13 +25,13 @@ type bundle struct {
 
 // setup returns a buffer on a fake clock, closed when the test ends, and a
 // fresh episode. Call it inside the synctest bubble when the test uses one.
-func setup(t *testing.T, opts partbuf.Options) bundle {
+func setup(t *testing.T, opts partbuf.Options) fixture {
 	t.Helper()
 	clock := clockwork.NewFakeClock()
 	opts.Clock = clock
 	buf := partbuf.New(opts)
 	t.Cleanup(buf.Close)
-	return bundle{buf: buf, clock: clock, ep: newEpisode()}
+	return fixture{buf: buf, clock: clock, ep: newEpisode()}
 }
 
 func newEpisode() partbuf.Episode {

@@ -30,20 +30,20 @@ const waitFor = 5 * time.Second
 // quiet is how long a test watches for an event that must not come.
 const quiet = 150 * time.Millisecond
 
-type env struct {
+type fixture struct {
 	buf    *partbuf.Buffer
 	srv    *partsrpc.Server
 	client chatdv1.PartsServiceClient
 }
 
-// newEnv serves a partsrpc.Server over a real gRPC server on an in-memory
+// setup serves a partsrpc.Server over a real gRPC server on an in-memory
 // listener.
-func newEnv(t *testing.T) *env {
+func setup(t *testing.T) *fixture {
 	t.Helper()
-	return newEnvWith(t, partbuf.Options{})
+	return setupWith(t, partbuf.Options{})
 }
 
-func newEnvWith(t *testing.T, opts partbuf.Options) *env {
+func setupWith(t *testing.T, opts partbuf.Options) *fixture {
 	t.Helper()
 	buf := partbuf.New(opts)
 	srv := partsrpc.New(buf, partsrpc.Options{})
@@ -61,7 +61,7 @@ func newEnvWith(t *testing.T, opts partbuf.Options) *env {
 		gs.Stop()
 		buf.Close()
 	})
-	return &env{buf: buf, srv: srv, client: chatdv1.NewPartsServiceClient(conn)}
+	return &fixture{buf: buf, srv: srv, client: chatdv1.NewPartsServiceClient(conn)}
 }
 
 type event struct {
@@ -78,7 +78,7 @@ type stream struct {
 	events chan event
 }
 
-func (e *env) open(t *testing.T) *stream {
+func (e *fixture) open(t *testing.T) *stream {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s, err := e.client.StreamParts(ctx)
@@ -181,7 +181,7 @@ func newEpisode(hv, attempt int64) partbuf.Episode {
 
 func TestBufferedThenLive(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	ep := newEpisode(12, 3)
 	require.NoError(t, e.buf.CreateEpisode(ep))
 	add(t, e.buf, ep, 1)
@@ -205,7 +205,7 @@ func TestBufferedThenLive(t *testing.T) {
 
 func TestSubscribeBeforeEpisodeExists(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	ep := newEpisode(1, 0)
 
 	s := e.open(t)
@@ -222,7 +222,7 @@ func TestSubscribeBeforeEpisodeExists(t *testing.T) {
 
 func TestEpisodeClosed(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 
 	t.Run("closed before selection", func(t *testing.T) {
 		ep := newEpisode(2, 1)
@@ -250,7 +250,7 @@ func TestEpisodeClosed(t *testing.T) {
 
 func TestSwitchEpisodeMidStream(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	chat := uuid.New()
 	ep1 := partbuf.Episode{ChatID: chat, HistoryVersion: 5, GenerationAttempt: 0}
 	ep2 := partbuf.Episode{ChatID: chat, HistoryVersion: 5, GenerationAttempt: 1}
@@ -322,7 +322,7 @@ func TestSwitchEpisodeMidStream(t *testing.T) {
 
 func TestContiguousSeqUnderLoad(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	ep := newEpisode(1, 0)
 	s := e.open(t)
 	s.selectEpisode(ep, 0)
@@ -347,7 +347,7 @@ func TestContiguousSeqUnderLoad(t *testing.T) {
 // own sending waits on the client.
 func TestSlowClientIsNotCutOff(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, partbuf.Options{SubscriberTimeout: 10 * time.Millisecond, MaxEpisodeBytes: 8 << 20})
+	e := setupWith(t, partbuf.Options{SubscriberTimeout: 10 * time.Millisecond, MaxEpisodeBytes: 8 << 20})
 	ep := newEpisode(1, 0)
 	require.NoError(t, e.buf.CreateEpisode(ep))
 	pad := strings.Repeat("x", 16<<10)
@@ -372,7 +372,7 @@ func TestSlowClientIsNotCutOff(t *testing.T) {
 
 func TestHalfCloseFinishesEpisode(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	ep := newEpisode(1, 0)
 	require.NoError(t, e.buf.CreateEpisode(ep))
 	add(t, e.buf, ep, 1)
@@ -394,7 +394,7 @@ func TestHalfCloseFinishesEpisode(t *testing.T) {
 
 func TestInvalidControlMessage(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	for name, req := range map[string]*chatdv1.StreamPartsRequest{
 		"chat id":            {ChatId: "not-a-uuid"},
 		"history version":    {ChatId: uuid.NewString(), HistoryVersion: -1},
@@ -412,7 +412,7 @@ func TestInvalidControlMessage(t *testing.T) {
 func TestShutdown(t *testing.T) {
 	t.Parallel()
 	t.Run("server closed", func(t *testing.T) {
-		e := newEnv(t)
+		e := setup(t)
 		s := e.open(t)
 		s.selectEpisode(newEpisode(1, 0), 0)
 		s.expectNothing()
@@ -423,7 +423,7 @@ func TestShutdown(t *testing.T) {
 		s2.expectEnd(codes.Unavailable)
 	})
 	t.Run("buffer closed", func(t *testing.T) {
-		e := newEnv(t)
+		e := setup(t)
 		ep := newEpisode(1, 0)
 		require.NoError(t, e.buf.CreateEpisode(ep))
 		add(t, e.buf, ep, 1)
@@ -469,7 +469,7 @@ func waitGoroutines(t *testing.T, want int) {
 
 // Not parallel: it counts goroutines of the whole test binary.
 func TestClientCancelCleansUp(t *testing.T) {
-	e := newEnv(t)
+	e := setup(t)
 	waitGoroutines(t, 0)
 
 	waiting := newEpisode(1, 0) // never created: its subscription waits

@@ -19,7 +19,7 @@ import (
 func TestChatRequestsOrganizationMigration(t *testing.T) {
 	ctx := context.Background()
 	dsn := dbtest.NewDatabase(t)
-	e := newEnvOn(t, dbtest.NewPoolOn(t, dsn, dbpool.Options{MaxConns: 4}))
+	e := setupOn(t, dbtest.NewPoolOn(t, dsn, dbpool.Options{MaxConns: 4}))
 	chat, _ := e.createChat(t, 0)
 
 	require.NoError(t, migrate.Down(ctx, dsn)) // before 00012

@@ -42,23 +42,23 @@ type versions struct {
 
 func str(s string) *string { return &s }
 
-// env is one migrated database with the rows every chat references.
-type env struct {
+// fixture is one migrated database with the rows every chat references.
+type fixture struct {
 	pool        *pgxpool.Pool
 	org         uuid.UUID
 	user        uuid.UUID
 	modelConfig uuid.UUID
 }
 
-func newEnv(t *testing.T) *env {
+func setup(t *testing.T) *fixture {
 	t.Helper()
-	return newEnvOn(t, dbtest.NewPool(t))
+	return setupOn(t, dbtest.NewPool(t))
 }
 
-func newEnvOn(t *testing.T, pool *pgxpool.Pool) *env {
+func setupOn(t *testing.T, pool *pgxpool.Pool) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	e := &env{pool: pool, org: uuid.New(), user: uuid.New(), modelConfig: uuid.New()}
+	e := &fixture{pool: pool, org: uuid.New(), user: uuid.New(), modelConfig: uuid.New()}
 	provider := uuid.New()
 	for _, q := range []struct {
 		sql  string
@@ -78,7 +78,7 @@ func newEnvOn(t *testing.T, pool *pgxpool.Pool) *env {
 // createChat mimics the Create transition: the chat row starts at
 // snapshot_version 1 and its initial messages are inserted in the same
 // transaction. It returns the chat and the ids of its messages.
-func (e *env) createChat(t *testing.T, initialMessages int) (uuid.UUID, []int64) {
+func (e *fixture) createChat(t *testing.T, initialMessages int) (uuid.UUID, []int64) {
 	t.Helper()
 	ctx := context.Background()
 	id := uuid.New()
@@ -100,7 +100,7 @@ func (e *env) createChat(t *testing.T, initialMessages int) (uuid.UUID, []int64)
 // allocates the next snapshot_version, then runs mutate, then commits. It
 // returns mutate's (or the commit's) error; the transaction is rolled back on
 // error.
-func (e *env) transition(t *testing.T, chat uuid.UUID, mutate func(tx pgx.Tx) error) error {
+func (e *fixture) transition(t *testing.T, chat uuid.UUID, mutate func(tx pgx.Tx) error) error {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := e.pool.Begin(ctx)
@@ -118,7 +118,7 @@ func (e *env) transition(t *testing.T, chat uuid.UUID, mutate func(tx pgx.Tx) er
 }
 
 // mustTransition is transition that must succeed.
-func (e *env) mustTransition(t *testing.T, chat uuid.UUID, mutate func(tx pgx.Tx) error) {
+func (e *fixture) mustTransition(t *testing.T, chat uuid.UUID, mutate func(tx pgx.Tx) error) {
 	t.Helper()
 	require.NoError(t, e.transition(t, chat, mutate))
 }
@@ -156,7 +156,7 @@ func insertQueued(t *testing.T, tx pgx.Tx, chat uuid.UUID) int64 {
 	return id
 }
 
-func (e *env) versions(t *testing.T, chat uuid.UUID) versions {
+func (e *fixture) versions(t *testing.T, chat uuid.UUID) versions {
 	t.Helper()
 	var v versions
 	require.NoError(t, e.pool.QueryRow(context.Background(), `
@@ -168,7 +168,7 @@ func (e *env) versions(t *testing.T, chat uuid.UUID) versions {
 }
 
 // revisions returns the chat's message revisions in id order.
-func (e *env) revisions(t *testing.T, chat uuid.UUID) []int64 {
+func (e *fixture) revisions(t *testing.T, chat uuid.UUID) []int64 {
 	t.Helper()
 	var revs []int64
 	require.NoError(t, e.pool.QueryRow(context.Background(),
@@ -188,7 +188,7 @@ func setRetryState(chat uuid.UUID, state string) func(tx pgx.Tx) error {
 
 func TestCreatedChatVersions(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 
 	t.Run("with initial messages", func(t *testing.T) {
 		t.Parallel()
@@ -206,7 +206,7 @@ func TestCreatedChatVersions(t *testing.T) {
 
 func TestMessageInsert(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 
 	t.Run("revision and history_version take the current snapshot and generation_attempt resets", func(t *testing.T) {
 		t.Parallel()
@@ -278,7 +278,7 @@ func TestMessageInsert(t *testing.T) {
 
 func TestMessageUpdate(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 
 	// setup creates a chat with two messages at revision 1, then records a
 	// generation attempt at snapshot 2, so a reset and a re-stamp are visible.
@@ -359,7 +359,7 @@ func TestMessageUpdate(t *testing.T) {
 
 func TestQueueVersion(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 
 	// setup creates a chat and queues one message at snapshot 2.
 	setup := func(t *testing.T) (uuid.UUID, int64) {
@@ -419,7 +419,7 @@ func TestQueueVersion(t *testing.T) {
 
 func TestRetryStateVersion(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 
 	const state = `{"attempt": 1, "delay_ms": 500}`
 

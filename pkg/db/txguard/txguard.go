@@ -1,4 +1,4 @@
-// Package txguard catches, in tests, the mistake that wedged the workers:
+// Package txguard catches, in tests, the mistake that can wedge a worker:
 // a goroutine that holds a transaction open (a transition bundle's row
 // lock and pool connection) and then asks a pool for another connection.
 // With every pool connection held by such goroutines, each waits for a

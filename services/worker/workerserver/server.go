@@ -16,6 +16,7 @@ import (
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/partbuf"
+	"github.com/chatd/chatd/pkg/partsrpc"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/services/worker/internal/acquire"
@@ -23,7 +24,6 @@ import (
 	"github.com/chatd/chatd/services/worker/internal/hookadapter"
 	"github.com/chatd/chatd/services/worker/internal/manager"
 	"github.com/chatd/chatd/services/worker/internal/mcptools"
-	partsvc "github.com/chatd/chatd/services/worker/internal/parts"
 	"github.com/chatd/chatd/services/worker/internal/runner"
 )
 
@@ -326,7 +326,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 
 	// PartsService is internal (relays dial it on the advertised address);
 	// it keeps streaming through the drain and closes with serving.
-	partsSrv := partsvc.New(parts, partsvc.Options{Logger: log})
+	partsSrv := partsrpc.New(parts, partsrpc.Options{Logger: log})
 	context.AfterFunc(serveCtx, partsSrv.Close)
 	archiver := autoarchive.New(pool, machine, autoarchive.Config{Days: cfg.AutoArchiveDays, Clock: clock, Logger: log})
 	go func() { _ = archiver.Run(ctx) }() // stops at SIGTERM; returns at once when off

@@ -2,12 +2,12 @@ package chatapi
 
 import (
 	"context"
-
 	"strings"
 
 	"github.com/google/uuid"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/chatd/chatd/pkg/auth"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/llm"
 	"github.com/chatd/chatd/pkg/modelconfig"
@@ -69,6 +69,28 @@ func userContext(c string) (string, error) {
 	return "", invalid("context %q is not one of %s, %s", c, contextSubagentGeneral, contextSubagentExplore)
 }
 
+// orgTarget is what an organization override request is about: the
+// organization (rawOrg), which the caller must administer, and the stored
+// name of the context (rawContext).
+func (m *ModelOverrides) orgTarget(ctx context.Context, rawOrg, rawContext string) (org uuid.UUID, use string, err error) {
+	if org, err = m.s.adminIn(ctx, rawOrg); err != nil {
+		return uuid.Nil, "", err
+	}
+	use, err = orgContext(rawContext)
+	return org, use, err
+}
+
+// userTarget is what a personal override request is about: the caller and
+// the stored name of the context (rawContext).
+func (m *ModelOverrides) userTarget(ctx context.Context, rawContext string) (auth.Claims, string, error) {
+	c, err := m.s.caller(ctx)
+	if err != nil {
+		return c, "", err
+	}
+	use, err := userContext(rawContext)
+	return c, use, err
+}
+
 // apiContext is the API name of a stored context.
 func apiContext(stored string) string {
 	if stored == modelconfig.OverrideCompaction {
@@ -119,11 +141,7 @@ func thresholdToProto(t modelconfig.UserCompactionThreshold) *chatdv1.UserCompac
 // GetOrganizationModelOverride returns the organization's override of a
 // context; NotFound when none is set.
 func (m *ModelOverrides) GetOrganizationModelOverride(ctx context.Context, req *chatdv1.GetOrganizationModelOverrideRequest) (*chatdv1.GetOrganizationModelOverrideResponse, error) {
-	org, err := m.s.adminIn(ctx, req.GetOrganizationId())
-	if err != nil {
-		return nil, err
-	}
-	use, err := orgContext(req.GetContext())
+	org, use, err := m.orgTarget(ctx, req.GetOrganizationId(), req.GetContext())
 	if err != nil {
 		return nil, err
 	}
@@ -138,11 +156,7 @@ func (m *ModelOverrides) GetOrganizationModelOverride(ctx context.Context, req *
 // context: a live, enabled config of the organization whose provider can
 // serve requests, with an optional effort for the subagent contexts.
 func (m *ModelOverrides) SetOrganizationModelOverride(ctx context.Context, req *chatdv1.SetOrganizationModelOverrideRequest) (*chatdv1.SetOrganizationModelOverrideResponse, error) {
-	org, err := m.s.adminIn(ctx, req.GetOrganizationId())
-	if err != nil {
-		return nil, err
-	}
-	use, err := orgContext(req.GetContext())
+	org, use, err := m.orgTarget(ctx, req.GetOrganizationId(), req.GetContext())
 	if err != nil {
 		return nil, err
 	}
@@ -178,11 +192,7 @@ func (m *ModelOverrides) SetOrganizationModelOverride(ctx context.Context, req *
 // DeleteOrganizationModelOverride unsets the organization's override of a
 // context; unsetting an unset override succeeds.
 func (m *ModelOverrides) DeleteOrganizationModelOverride(ctx context.Context, req *chatdv1.DeleteOrganizationModelOverrideRequest) (*chatdv1.DeleteOrganizationModelOverrideResponse, error) {
-	org, err := m.s.adminIn(ctx, req.GetOrganizationId())
-	if err != nil {
-		return nil, err
-	}
-	use, err := orgContext(req.GetContext())
+	org, use, err := m.orgTarget(ctx, req.GetOrganizationId(), req.GetContext())
 	if err != nil {
 		return nil, err
 	}
@@ -195,11 +205,7 @@ func (m *ModelOverrides) DeleteOrganizationModelOverride(ctx context.Context, re
 // GetUserModelOverride returns the caller's personal override of a
 // subagent context; NotFound when none is set.
 func (m *ModelOverrides) GetUserModelOverride(ctx context.Context, req *chatdv1.GetUserModelOverrideRequest) (*chatdv1.GetUserModelOverrideResponse, error) {
-	c, err := m.s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	use, err := userContext(req.GetContext())
+	c, use, err := m.userTarget(ctx, req.GetContext())
 	if err != nil {
 		return nil, err
 	}
@@ -213,11 +219,7 @@ func (m *ModelOverrides) GetUserModelOverride(ctx context.Context, req *chatdv1.
 // SetUserModelOverride stores the caller's personal override of a subagent
 // context. mode defaults to model when model_config_id is set.
 func (m *ModelOverrides) SetUserModelOverride(ctx context.Context, req *chatdv1.SetUserModelOverrideRequest) (*chatdv1.SetUserModelOverrideResponse, error) {
-	c, err := m.s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	use, err := userContext(req.GetContext())
+	c, use, err := m.userTarget(ctx, req.GetContext())
 	if err != nil {
 		return nil, err
 	}
@@ -247,11 +249,7 @@ func (m *ModelOverrides) SetUserModelOverride(ctx context.Context, req *chatdv1.
 // DeleteUserModelOverride unsets the caller's personal override of a
 // subagent context; unsetting an unset override succeeds.
 func (m *ModelOverrides) DeleteUserModelOverride(ctx context.Context, req *chatdv1.DeleteUserModelOverrideRequest) (*chatdv1.DeleteUserModelOverrideResponse, error) {
-	c, err := m.s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	use, err := userContext(req.GetContext())
+	c, use, err := m.userTarget(ctx, req.GetContext())
 	if err != nil {
 		return nil, err
 	}
@@ -279,22 +277,24 @@ func (m *ModelOverrides) ListUserCompactionThresholds(ctx context.Context, _ *ch
 	return out, nil
 }
 
-// thresholdConfig parses the model config of a threshold request.
-func thresholdConfig(raw string) (uuid.UUID, error) {
-	if raw == "" {
-		return uuid.Nil, invalid("model_config_id is required")
+// thresholdTarget is what a compaction threshold request is about: the
+// caller and the model config (rawConfig) of the threshold.
+func (m *ModelOverrides) thresholdTarget(ctx context.Context, rawConfig string) (auth.Claims, uuid.UUID, error) {
+	c, err := m.s.caller(ctx)
+	if err != nil {
+		return c, uuid.Nil, err
 	}
-	return parseID("model_config_id", raw)
+	if rawConfig == "" {
+		return c, uuid.Nil, invalid("model_config_id is required")
+	}
+	id, err := parseID("model_config_id", rawConfig)
+	return c, id, err
 }
 
 // GetUserCompactionThreshold returns the caller's threshold for one model
 // config; NotFound when none is set.
 func (m *ModelOverrides) GetUserCompactionThreshold(ctx context.Context, req *chatdv1.GetUserCompactionThresholdRequest) (*chatdv1.GetUserCompactionThresholdResponse, error) {
-	c, err := m.s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := thresholdConfig(req.GetModelConfigId())
+	c, id, err := m.thresholdTarget(ctx, req.GetModelConfigId())
 	if err != nil {
 		return nil, err
 	}
@@ -308,11 +308,7 @@ func (m *ModelOverrides) GetUserCompactionThreshold(ctx context.Context, req *ch
 // SetUserCompactionThreshold stores the caller's threshold (1 to 100) for
 // a live, enabled model config of their organization.
 func (m *ModelOverrides) SetUserCompactionThreshold(ctx context.Context, req *chatdv1.SetUserCompactionThresholdRequest) (*chatdv1.SetUserCompactionThresholdResponse, error) {
-	c, err := m.s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := thresholdConfig(req.GetModelConfigId())
+	c, id, err := m.thresholdTarget(ctx, req.GetModelConfigId())
 	if err != nil {
 		return nil, err
 	}
@@ -329,11 +325,7 @@ func (m *ModelOverrides) SetUserCompactionThreshold(ctx context.Context, req *ch
 // DeleteUserCompactionThreshold unsets the caller's threshold for one model
 // config; the config's compression_threshold applies again.
 func (m *ModelOverrides) DeleteUserCompactionThreshold(ctx context.Context, req *chatdv1.DeleteUserCompactionThresholdRequest) (*chatdv1.DeleteUserCompactionThresholdResponse, error) {
-	c, err := m.s.caller(ctx)
-	if err != nil {
-		return nil, err
-	}
-	id, err := thresholdConfig(req.GetModelConfigId())
+	c, id, err := m.thresholdTarget(ctx, req.GetModelConfigId())
 	if err != nil {
 		return nil, err
 	}

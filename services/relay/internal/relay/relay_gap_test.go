@@ -97,7 +97,7 @@ func TestUpstreamSeqGapFailsEverySubscriber(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			e := newEnv(t)
+			e := setup(t)
 			w := newPartsWorker(t, e.ctx, e.q)
 			chat := uuid.New()
 			broken := tc.wire()

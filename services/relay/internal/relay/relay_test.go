@@ -135,14 +135,14 @@ func (w *partsWorker) close(chat uuid.UUID, hv, ga int64) {
 	w.buf.CloseEpisode(partbuf.Episode{ChatID: chat, HistoryVersion: hv, GenerationAttempt: ga})
 }
 
-type env struct {
+type fixture struct {
 	ctx    context.Context
 	q      *queries.Queries
 	relay  *relay.Server
 	client chatdv1.RelayServiceClient
 }
 
-func newEnv(t *testing.T, opts ...func(*relay.Options)) *env {
+func setup(t *testing.T, opts ...func(*relay.Options)) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -171,7 +171,7 @@ func newEnv(t *testing.T, opts ...func(*relay.Options)) *env {
 		srv.Close()
 		gs.Stop()
 	})
-	return &env{ctx: ctx, q: q, relay: srv, client: chatdv1.NewRelayServiceClient(conn)}
+	return &fixture{ctx: ctx, q: q, relay: srv, client: chatdv1.NewRelayServiceClient(conn)}
 }
 
 type sub struct {
@@ -180,7 +180,7 @@ type sub struct {
 	cancel context.CancelFunc
 }
 
-func (e *env) subscribe(t *testing.T) *sub {
+func (e *fixture) subscribe(t *testing.T) *sub {
 	t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
 	t.Cleanup(cancel)
@@ -254,7 +254,7 @@ func (s *sub) expectNothing(d time.Duration) {
 // drops an upstream from its registry before it cancels the worker's stream
 // (release) and before it fails the subscribers' calls (fail), so after
 // either is observed the count is exact.
-func requireUpstreams(t *testing.T, e *env, want int) {
+func requireUpstreams(t *testing.T, e *fixture, want int) {
 	t.Helper()
 	if got := e.relay.Upstreams(); got != want {
 		t.Fatalf("relay holds %d upstreams, want %d", got, want)
@@ -263,7 +263,7 @@ func requireUpstreams(t *testing.T, e *env, want int) {
 
 func TestEpisodeSwitchKeepsUpstream(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 1, 0, 3, 0)
@@ -289,7 +289,7 @@ func TestEpisodeSwitchKeepsUpstream(t *testing.T) {
 
 func TestWorkerChangeReconnects(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	w1 := newPartsWorker(t, e.ctx, e.q)
 	w2 := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
@@ -314,7 +314,7 @@ func TestWorkerChangeReconnects(t *testing.T) {
 
 func TestNullWorkerStops(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 1, 0, 2, 0)
@@ -342,7 +342,7 @@ func TestNullWorkerStops(t *testing.T) {
 
 func TestSubscribersShareUpstream(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 3, 0, 4, 0)
@@ -387,7 +387,7 @@ func TestSubscribersShareUpstream(t *testing.T) {
 
 func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	const n, pad = 400, 2000 // ~800 KB: well past gRPC's flow-control windows
@@ -433,7 +433,7 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	chat := uuid.New()
 
 	t.Run("unknown worker", func(t *testing.T) {
@@ -490,7 +490,7 @@ func TestErrors(t *testing.T) {
 
 func TestEpisodeOverCapIsResourceExhausted(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(o *relay.Options) { o.MaxEpisodeBytes = 1000 })
+	e := setup(t, func(o *relay.Options) { o.MaxEpisodeBytes = 1000 })
 	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 1, 0, 1, 100)
@@ -508,7 +508,7 @@ func TestEpisodeOverCapIsResourceExhausted(t *testing.T) {
 
 func TestOlderEpisodeGetsNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 2, 0, 1, 0)
@@ -531,7 +531,7 @@ func TestOlderEpisodeGetsNothing(t *testing.T) {
 
 func TestHalfCloseFinishesEpisode(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	w := newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	w.add(t, chat, 1, 0, 2, 0)
@@ -560,7 +560,7 @@ func TestHalfCloseFinishesEpisode(t *testing.T) {
 // episode, contiguous.
 func TestTwoWorkersSwitchAndTakeover(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	w1, w2 := newPartsWorker(t, e.ctx, e.q), newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	const n, pad = 300, 2000 // ~600 KB: well past gRPC's flow-control windows
@@ -646,7 +646,7 @@ func (r *countingResolver) PartsAddr(ctx context.Context, worker uuid.UUID) (str
 func TestWorkerConnectionReusedAcrossTurns(t *testing.T) {
 	t.Parallel()
 	var resolver *countingResolver
-	e := newEnv(t, func(o *relay.Options) {
+	e := setup(t, func(o *relay.Options) {
 		resolver = &countingResolver{Resolver: o.Resolver}
 		o.Resolver = resolver
 	})
@@ -674,7 +674,7 @@ func TestWorkerConnectionReusedAcrossTurns(t *testing.T) {
 // and to one registered at another address since.
 func TestSweepDropsGoneAndMovedWorkers(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	gone, moved := newPartsWorker(t, e.ctx, e.q), newPartsWorker(t, e.ctx, e.q)
 	chat := uuid.New()
 	subs := map[*partsWorker]*sub{}

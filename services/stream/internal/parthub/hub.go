@@ -1,5 +1,5 @@
 // Package parthub is the stream replica's shared live-part source (spec
-// "Relay mechanism", issue 5): every stream loop of a chat on this replica
+// "Relay mechanism"): every stream loop of a chat on this replica
 // shares one upstream (one relay forwarder, so one RelayService stream)
 // per (chat, worker), instead of opening its own.
 //

@@ -61,7 +61,7 @@ func TestNotificationAnticipatesTheEpisode(t *testing.T) {
 
 func testAnticipation(t *testing.T, watchers int) {
 	var a anticipations
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) {
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) {
 		s.PrefetchWatchers, s.Anticipate = 2, a.anticipate
 	})
 	id := e.create()

@@ -26,7 +26,7 @@ type errorBody struct {
 
 // open requests a stream with token and returns the response (the caller
 // closes its body).
-func (e *env) open(id uuid.UUID, token string) *http.Response {
+func (e *fixture) open(id uuid.UUID, token string) *http.Response {
 	e.t.Helper()
 	resp, err := http.DefaultClient.Do(e.request(id, token, "", "", true))
 	require.NoError(e.t, err)
@@ -47,7 +47,7 @@ func decodeError(t *testing.T, resp *http.Response) errorBody {
 // opens.
 func TestStreamsPerUserCap(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { s.MaxStreamsPerUser = 2 })
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) { s.MaxStreamsPerUser = 2 })
 	id := e.create()
 	a, b := e.connect(id, ""), e.connect(id, "")
 	for _, c := range []*sseConn{a, b} {
@@ -85,7 +85,7 @@ func TestStreamsPerUserCap(t *testing.T) {
 // moved back streams again.
 func TestConnectCacheKeepsOwnerCheck(t *testing.T) {
 	t.Parallel()
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { s.ConnectCacheTTL = time.Hour })
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) { s.ConnectCacheTTL = time.Hour })
 	q := queries.New(e.pool)
 	otherOrg, otherUser := uuid.New(), uuid.New()
 	require.NoError(t, q.OrganizationEnsure(e.ctx, queries.OrganizationEnsureParams{ID: otherOrg, Name: "other"}))
@@ -136,7 +136,7 @@ func TestPartsFlowWhileReadsBlocked(t *testing.T) {
 	r := newRelay(1)
 	var small *pgxpool.Pool
 	var reads *streamloop.Reads
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) {
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) {
 		cfg := s.Pool.Config()
 		cfg.MaxConns = 2
 		var err error
@@ -222,7 +222,7 @@ func partTexts(t *testing.T, c *sseConn, n int) []string {
 func TestOneSubscriptionPerChat(t *testing.T) {
 	t.Parallel()
 	var snc *nats.Conn
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { snc = s.NATS })
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) { snc = s.NATS })
 	id, other := e.create(), e.create()
 	conns := []*sseConn{e.connect(id, ""), e.connect(id, ""), e.connect(id, "")}
 	for _, c := range conns {
@@ -251,7 +251,7 @@ func TestOneSubscriptionPerChat(t *testing.T) {
 
 // startAttempt has worker acquire chat id and count a generation attempt,
 // and returns the episode (history_version, generation_attempt) it starts.
-func (e *env) startAttempt(id, worker uuid.UUID) (hv, ga int64) {
+func (e *fixture) startAttempt(id, worker uuid.UUID) (hv, ga int64) {
 	e.t.Helper()
 	e.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, worker, uuid.New()) })
 	e.do(id, func(tx *chatstate.Tx) error {

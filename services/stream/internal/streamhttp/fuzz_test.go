@@ -21,7 +21,7 @@ import (
 // stream's own words; never a 5xx, and never a stream of another tenant's
 // chat.
 func FuzzStreamRequest(f *testing.F) {
-	e := newEnvWith(f, true, nil)
+	e := setupWith(f, true, nil)
 	own := e.create()
 	// The chat's owner in another organization, and another user of its
 	// organization: neither may stream it.

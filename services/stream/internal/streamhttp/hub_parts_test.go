@@ -19,15 +19,15 @@ import (
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
-// newHubEnv wires the endpoint as the stream service does: every
+// setupHub wires the endpoint as the stream service does: every
 // connection subscribes to the replica's part hub, whose upstreams are
 // relay forwarders.
-func newHubEnv(t *testing.T) (*env, *fakeRelay, *parthub.Hub) {
+func setupHub(t *testing.T) (*fixture, *fakeRelay, *parthub.Hub) {
 	f, addr := startFakeRelay(t)
 	client := relayfwd.NewClient(addr)
 	t.Cleanup(func() { _ = client.Close() })
 	hub := parthub.New(func(chatID uuid.UUID) parthub.Upstream { return client.New(chatID) }, parthub.Options{})
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { s.Parts = hub.Parts })
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) { s.Parts = hub.Parts })
 	return e, f, hub
 }
 
@@ -38,7 +38,7 @@ func newHubEnv(t *testing.T) (*env, *fakeRelay, *parthub.Hub) {
 // worker going away closes the stream.
 func TestHubLiveParts(t *testing.T) {
 	t.Parallel()
-	e, relay, hub := newHubEnv(t)
+	e, relay, hub := setupHub(t)
 	id := e.create()
 	worker := uuid.New()
 	e.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, worker, uuid.New()) })
@@ -99,7 +99,7 @@ func TestHubLiveParts(t *testing.T) {
 // with it; the upstream closes with the last one.
 func TestHubSubscriberEndsWithConnection(t *testing.T) {
 	t.Parallel()
-	e, relay, hub := newHubEnv(t)
+	e, relay, hub := setupHub(t)
 	id := e.create()
 	worker := uuid.New()
 	e.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, worker, uuid.New()) })
@@ -128,7 +128,7 @@ func TestHubSubscriberEndsWithConnection(t *testing.T) {
 // own cursor.
 func TestHubWebSocketAndSSE(t *testing.T) {
 	t.Parallel()
-	e, relay, hub := newHubEnv(t)
+	e, relay, hub := setupHub(t)
 	id := e.create()
 	worker := uuid.New()
 	e.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, worker, uuid.New()) })
@@ -215,7 +215,7 @@ func TestHubGapEndsStreams(t *testing.T) {
 	t.Parallel()
 	up := &gapUpstream{ch: make(chan streamloop.LivePart)}
 	hub := parthub.New(func(uuid.UUID) parthub.Upstream { return up }, parthub.Options{})
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { s.Parts = hub.Parts })
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) { s.Parts = hub.Parts })
 	id := e.create()
 	worker := uuid.New()
 	e.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, worker, uuid.New()) })

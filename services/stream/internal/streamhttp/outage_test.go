@@ -36,7 +36,7 @@ func TestStreamWithoutNATS(t *testing.T) {
 			if closed {
 				snc.Close()
 			}
-			e := newEnvWith(t, false, &streamhttp.Poller{Interval: 100 * time.Millisecond},
+			e := setupWith(t, false, &streamhttp.Poller{Interval: 100 * time.Millisecond},
 				func(s *streamhttp.Server) { s.NATS = snc })
 			id := e.create()
 			c := e.connect(id, "")

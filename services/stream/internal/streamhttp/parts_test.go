@@ -111,11 +111,11 @@ func startFakeRelay(t *testing.T) (*fakeRelay, string) {
 	return f, lis.Addr().String()
 }
 
-func newRelayEnv(t *testing.T) (*env, *fakeRelay) {
+func setupRelay(t *testing.T) (*fixture, *fakeRelay) {
 	f, addr := startFakeRelay(t)
 	client := relayfwd.NewClient(addr)
 	t.Cleanup(func() { _ = client.Close() })
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) {
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) {
 		s.Parts = func(chatID uuid.UUID) streamloop.Parts { return client.New(chatID) }
 	})
 	return e, f
@@ -181,7 +181,7 @@ func texts(ps []livePart) []string {
 // parts in flight are dropped; a resume mid-episode repeats no part.
 func TestLiveParts(t *testing.T) {
 	t.Parallel()
-	e, relay := newRelayEnv(t)
+	e, relay := setupRelay(t)
 	id := e.create()
 	worker := uuid.New()
 	e.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(e.ctx, worker, uuid.New()) })

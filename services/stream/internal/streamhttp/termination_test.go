@@ -24,7 +24,7 @@ import (
 // stream, because a failed Sync is retried on a fresh connection.
 func TestStreamSurvivesDatabaseBlip(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	id := e.create()
 	c := e.connect(id, "")
 	require.Equal(t, []string{"message:system:sys", "message:user:hello", "status:running"}, summaries(c.next(t, 3)))
@@ -56,7 +56,7 @@ func TestStreamSurvivesDatabaseBlip(t *testing.T) {
 func TestClientGoneEndsStream(t *testing.T) {
 	t.Parallel()
 	var srv *streamhttp.Server
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { srv = s })
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) { srv = s })
 	id := e.create()
 	c := e.connect(id, "")
 	c.next(t, 3)
@@ -73,7 +73,7 @@ func TestClientGoneEndsStream(t *testing.T) {
 func TestClientThatStopsReadingIsDropped(t *testing.T) {
 	t.Parallel()
 	var srv *streamhttp.Server
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { srv = s; s.WriteTimeout = 200 * time.Millisecond })
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) { srv = s; s.WriteTimeout = 200 * time.Millisecond })
 	id := e.create()
 
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
@@ -107,7 +107,7 @@ func TestServiceDoneEndsEveryStream(t *testing.T) {
 	t.Parallel()
 	var srv *streamhttp.Server
 	done := make(chan struct{})
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) { srv = s; s.Done = done })
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) { srv = s; s.Done = done })
 	a, b := e.create(), e.create()
 	ca, cb := e.connect(a, ""), e.connect(b, "")
 	ca.next(t, 3)

@@ -74,7 +74,7 @@ func BenchmarkTurn(b *testing.B) {
 	parts := int64(envInt("CHATD_BENCH_PARTS", 100))
 	rate := float64(envInt("CHATD_BENCH_PART_RATE", 20))
 	for i := 0; i < b.N; i++ {
-		e := newTurnEnv(b, chats, replicas)
+		e := setupTurn(b, chats, replicas)
 		ctx, cancel := context.WithCancel(context.Background())
 		start, cpu0 := time.Now(), cpuTime()
 		sinks, wg := e.watch(b, ctx, perChat)
@@ -114,14 +114,14 @@ type turnReplica struct {
 	reads   *streamloop.Reads
 }
 
-type turnEnv struct {
+type turnFixture struct {
 	m        *chatstate.Machine
 	chats    []uuid.UUID
 	token    string
 	replicas []*turnReplica
 }
 
-func newTurnEnv(b *testing.B, chats, replicas int) *turnEnv {
+func setupTurn(b *testing.B, chats, replicas int) *turnFixture {
 	b.Helper()
 	ctx := context.Background()
 	pool := dbtest.NewPool(b)
@@ -131,7 +131,7 @@ func newTurnEnv(b *testing.B, chats, replicas int) *turnEnv {
 	q := queries.New(pool)
 	must(b, q.OrganizationEnsure(ctx, queries.OrganizationEnsureParams{ID: org, Name: "org"}))
 	must(b, q.UserEnsure(ctx, queries.UserEnsureParams{ID: user, Name: "user"}))
-	e := &turnEnv{m: chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, log).AfterCommit})}
+	e := &turnFixture{m: chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, log).AfterCommit})}
 	for range chats {
 		id := uuid.New()
 		_, err := e.m.Create(ctx, chatstate.CreateParams{ID: id, OrganizationID: org, OwnerID: user, Title: "t",
@@ -174,7 +174,7 @@ func newTurnEnv(b *testing.B, chats, replicas int) *turnEnv {
 
 // watch connects perChat watchers to every chat, split between the
 // replicas, and waits until each selected the chat's episode.
-func (e *turnEnv) watch(b *testing.B, ctx context.Context, perChat int) ([][]*sink, *sync.WaitGroup) {
+func (e *turnFixture) watch(b *testing.B, ctx context.Context, perChat int) ([][]*sink, *sync.WaitGroup) {
 	b.Helper()
 	var wg sync.WaitGroup
 	sinks := make([][]*sink, len(e.chats))
@@ -229,7 +229,7 @@ type turnResult struct {
 
 // turn commits a new episode in every chat and streams parts into it once
 // the chat's upstream on each replica was asked for it.
-func (e *turnEnv) turn(b *testing.B, sinks [][]*sink, parts int64, rate float64) turnResult {
+func (e *turnFixture) turn(b *testing.B, sinks [][]*sink, parts int64, rate float64) turnResult {
 	b.Helper()
 	ctx := context.Background()
 	for _, cs := range sinks {

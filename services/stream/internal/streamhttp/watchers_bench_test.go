@@ -207,9 +207,9 @@ func (s *sink) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// watchEnv is a chat whose current episode has a worker and a generation
+// watchFixture is a chat whose current episode has a worker and a generation
 // attempt, and a stream endpoint serving it.
-type watchEnv struct {
+type watchFixture struct {
 	chatID  uuid.UUID
 	ep      streamloop.Episode
 	handler http.Handler
@@ -218,7 +218,7 @@ type watchEnv struct {
 	pool    *pgxpool.Pool
 }
 
-func newWatchEnv(b *testing.B, watchers int) *watchEnv {
+func setupWatch(b *testing.B, watchers int) *watchFixture {
 	b.Helper()
 	ctx := context.Background()
 	pool := dbtest.NewPool(b)
@@ -263,7 +263,7 @@ func newWatchEnv(b *testing.B, watchers int) *watchEnv {
 	benchServer(s, r.hub)
 	mux := http.NewServeMux()
 	s.Register(mux)
-	return &watchEnv{chatID: chatID, ep: streamloop.Episode{WorkerID: &worker, HistoryVersion: hv, GenerationAttempt: ga},
+	return &watchFixture{chatID: chatID, ep: streamloop.Episode{WorkerID: &worker, HistoryVersion: hv, GenerationAttempt: ga},
 		handler: mux, token: token, relay: r, pool: pool}
 }
 
@@ -277,7 +277,7 @@ func must(b *testing.B, err error) {
 // watch starts n watchers and waits until every one has bootstrapped and
 // selected the episode (the database pool, 32 connections, bounds how many
 // bootstrap at once).
-func (e *watchEnv) watch(b *testing.B, ctx context.Context, n int) ([]*sink, *sync.WaitGroup) {
+func (e *watchFixture) watch(b *testing.B, ctx context.Context, n int) ([]*sink, *sync.WaitGroup) {
 	b.Helper()
 	sinks := make([]*sink, n)
 	var wg sync.WaitGroup
@@ -303,7 +303,7 @@ func (e *watchEnv) watch(b *testing.B, ctx context.Context, n int) ([]*sink, *sy
 
 // publish sends count parts with seq from+1 on, at rate parts per second
 // (0: as fast as the hub takes them), into the chat's one upstream.
-func (e *watchEnv) publish(b *testing.B, from, count int64, rate float64) {
+func (e *watchFixture) publish(b *testing.B, from, count int64, rate float64) {
 	up := e.relay.upstream(b)
 	var tick *time.Ticker
 	if rate > 0 {
@@ -373,7 +373,7 @@ func BenchmarkWatchers(b *testing.B) {
 	parts := int64(envInt("CHATD_BENCH_PARTS", 100))
 	rate := float64(envInt("CHATD_BENCH_PART_RATE", 20))
 	for i := 0; i < b.N; i++ {
-		e := newWatchEnv(b, n)
+		e := setupWatch(b, n)
 		ctx, cancel := context.WithCancel(context.Background())
 		heap0, g0 := heapInUse(), runtime.NumGoroutine()
 		start := time.Now()
@@ -446,7 +446,7 @@ func BenchmarkWatchers(b *testing.B) {
 // BenchmarkOneWatcherParts: one watcher, b.N parts published as fast as it
 // takes them; reports the parts per second delivered to that client.
 func BenchmarkOneWatcherParts(b *testing.B) {
-	e := newWatchEnv(b, 1)
+	e := setupWatch(b, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	sinks, wg := e.watch(b, ctx, 1)
 	s := sinks[0]

@@ -28,7 +28,7 @@ func TestTurnOpensInOneRound(t *testing.T) {
 	client := relayfwd.NewClient(addr)
 	t.Cleanup(func() { _ = client.Close() })
 	hub := parthub.New(func(chatID uuid.UUID) parthub.Upstream { return client.New(chatID) }, parthub.Options{})
-	e := newEnvWith(t, true, nil, func(s *streamhttp.Server) {
+	e := setupWith(t, true, nil, func(s *streamhttp.Server) {
 		s.Parts, s.PrefetchWatchers, s.FanOutWindow = hub.Parts, 2, time.Hour
 		s.Anticipate = func(ctx context.Context, chatID uuid.UUID, ep streamloop.Episode) streamhttp.Anticipation {
 			return hub.Anticipate(ctx, chatID, ep)

@@ -16,7 +16,7 @@ import (
 // has nothing to say, or fails, gives the slice back unchanged.
 func TestAppendFinishAppendsAfterWhatTheSliceHeld(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	alone, into := streamloop.New(h.pool, id, nil, nil), streamloop.New(h.pool, id, nil, nil)
 	for _, l := range []*streamloop.Loop{alone, into} {

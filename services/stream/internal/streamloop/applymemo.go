@@ -18,9 +18,10 @@ import (
 // arrive computes them and the rest adopt the result, and its events carry
 // one shared encoding cache each (Event.Frames), so every watcher writes
 // the same bytes without encoding them again. With thousands of watchers
-// this was most of a turn's opening and closing rounds.
+// computing them once per loop would be most of a turn's opening and
+// closing rounds.
 //
-// A loop in a state nobody else is in computes its own, as before. Nothing
+// A loop in a state nobody else is in computes its own. Nothing
 // waits: a loop that finds the result still being computed by another
 // computes its own too.
 type applyMemo struct {

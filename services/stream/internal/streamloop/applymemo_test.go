@@ -12,7 +12,7 @@ import (
 
 // syncEach does a Sync with hints (a Bootstrap when nil) on each loop in
 // turn and returns each loop's events.
-func syncEach(t *testing.T, h *harness, loops []*streamloop.Loop, hints *streamloop.Hints) [][]streamloop.Event {
+func syncEach(t *testing.T, h *fixture, loops []*streamloop.Loop, hints *streamloop.Hints) [][]streamloop.Event {
 	t.Helper()
 	out := make([][]streamloop.Event, len(loops))
 	for i, l := range loops {
@@ -34,7 +34,7 @@ func syncEach(t *testing.T, h *harness, loops []*streamloop.Loop, hints *streaml
 // its own emits, and its known-message map is that loop's.
 func TestSharedApplyAdoptedFromTheSameState(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	reads := streamloop.NewReads(h.pool, streamloop.ReadsOptions{})
 	g := newSharedGroup(h, id, reads, 5, nil)
@@ -70,7 +70,7 @@ func TestSharedApplyAdoptedFromTheSameState(t *testing.T) {
 // changes only its own known-message map.
 func TestSharedApplyPerState(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	worker := uuid.New()
 	h.acquire(id, worker)
@@ -148,7 +148,7 @@ func indexOf(loops []*streamloop.Loop, l *streamloop.Loop) int {
 // it lowers the package's bound for its duration.
 func TestSharedApplyLongHistoryByLineage(t *testing.T) {
 	defer streamloop.SetMaxComparedKnown(1)()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create() // two messages: past the bound of 1
 	reads := streamloop.NewReads(h.pool, streamloop.ReadsOptions{})
 	apart := newSharedGroup(h, id, reads, 3, nil)

@@ -109,7 +109,7 @@ func TestCheckAgainstGenerationAttempt(t *testing.T) {
 // history_reset too.
 func TestResumeFromEveryCursor(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	h.commitAndFinish(id, "one")
 	h.send(id, "two")

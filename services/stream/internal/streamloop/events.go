@@ -92,7 +92,7 @@ func (e Event) AppendJSON(dst, cursor []byte) ([]byte, error) {
 	}
 	// The envelope is written by hand, byte for byte what marshalling it
 	// as a map gives (keys sorted, the payload's key among them): a Sync
-	// writes one per watcher, and the map's reflection was most of a
+	// writes one per watcher, and the map's reflection would be most of a
 	// large fan-out's CPU.
 	keys := [4]string{"chat_id", "cursor", e.Type, "type"}
 	slices.Sort(keys[:])
@@ -193,8 +193,8 @@ type Message struct {
 	CreatedAt       time.Time `json:"created_at"`
 	Usage           *Usage    `json:"usage,omitempty"`
 	// encoded is the message's JSON, made with it (encodeMessage): a
-	// shared read's message goes to every watcher of the chat, and each
-	// watcher's loop used to marshal it again. A Message is never modified
+	// shared read's message goes to every watcher of the chat, so encoding
+	// it once spares each watcher's loop a marshal of its own. A Message is never modified
 	// once made, so the bytes stay its encoding.
 	encoded []byte
 }

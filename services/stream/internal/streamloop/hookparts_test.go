@@ -18,7 +18,7 @@ import (
 // message of one hook-notice part. Queued prompts are encoded alike.
 func TestStreamHidesHookContext(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	h.acquire(id, uuid.New())
 	prompt := chatstate.UserMessage(chatmsg.Content{

@@ -53,7 +53,7 @@ func TestNeedsFetch(t *testing.T) {
 // then the status.
 func TestBootstrapEmitsFullStateInOrder(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	l := streamloop.New(h.pool, id, nil, nil)
 	evs, err := l.Bootstrap(h.ctx)
@@ -79,7 +79,7 @@ func TestBootstrapEmitsFullStateInOrder(t *testing.T) {
 // dropped and reordered hints and checks each Sync's events.
 func TestSyncDecisions(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	l := streamloop.New(h.pool, id, nil, nil)
 	var v view
@@ -135,7 +135,7 @@ func TestSyncDecisions(t *testing.T) {
 // history_reset and the whole visible history.
 func TestHistoryReset(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	h.commitAndFinish(id, "hi!")
 	l := streamloop.New(h.pool, id, nil, nil)
@@ -159,7 +159,7 @@ func TestHistoryReset(t *testing.T) {
 // history version.
 func TestErrorAndActionRequired(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 
 	id := h.create()
 	l := streamloop.New(h.pool, id, nil, nil)
@@ -189,7 +189,7 @@ func TestErrorAndActionRequired(t *testing.T) {
 // TestRetryEvent: a recorded retry state on a running chat is sent once.
 func TestRetryEvent(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	l := streamloop.New(h.pool, id, nil, nil)
 	_, err := l.Bootstrap(h.ctx)
@@ -208,7 +208,7 @@ func TestRetryEvent(t *testing.T) {
 // row) leaves the local state as it was, so a retry emits everything.
 func TestFailedSyncChangesNothing(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	l := streamloop.New(h.pool, id, nil, nil)
 	_, err := l.Bootstrap(h.ctx)

@@ -15,7 +15,7 @@ import (
 // and content that needs escaping.
 func TestMessageEventsCarryTheirOwnEncoding(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	h.acquire(id, h.user)
 	h.commitAndFinish(id, "a reply with \"quotes\", <tags> & \u2028 caf\u00e9")

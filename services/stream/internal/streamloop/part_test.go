@@ -26,7 +26,7 @@ func textPart(s string) string {
 // preview_reset on a new attempt, and the part watermark in the cursor.
 func TestPartAcceptance(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	worker := uuid.New()
 	h.acquire(id, worker)
@@ -138,7 +138,7 @@ func TestCursorPartWatermark(t *testing.T) {
 // emitting it into a reused slice allocates nothing: thousands of watchers
 // of a chat cost no garbage per part.
 func TestPreparedPartAllocatesNothingPerLoop(t *testing.T) {
-	h := newHarness(t) // not parallel: AllocsPerRun counts the whole process
+	h := setup(t) // not parallel: AllocsPerRun counts the whole process
 	id := h.create()
 	h.acquire(id, uuid.New())
 	c := h.attempt(id)

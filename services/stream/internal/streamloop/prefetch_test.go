@@ -16,7 +16,7 @@ import (
 // does not fit and read for themselves, with the same exact events.
 func TestPrefetchServesTheNextSync(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	reads := streamloop.NewReads(h.pool, streamloop.ReadsOptions{MaxConcurrent: 2})
 	g := newSharedGroup(h, id, reads, 16, nil)
@@ -75,7 +75,7 @@ func TestPrefetchServesTheNextSync(t *testing.T) {
 // its position has nothing to step through.
 func TestStepCatchesUpThroughEarlierReads(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	reads := streamloop.NewReads(h.pool, streamloop.ReadsOptions{})
 	g := newSharedGroup(h, id, reads, 4, nil)

@@ -15,14 +15,14 @@ import (
 // loop with reads of its own at the same position: every Sync of the group
 // must emit exactly what the private loop emits.
 type sharedGroup struct {
-	h       *harness
+	h       *fixture
 	id      uuid.UUID
 	reads   *streamloop.Reads
 	shared  []*streamloop.Loop
 	private *streamloop.Loop
 }
 
-func newSharedGroup(h *harness, id uuid.UUID, reads *streamloop.Reads, n int, resume *streamloop.Cursor) *sharedGroup {
+func newSharedGroup(h *fixture, id uuid.UUID, reads *streamloop.Reads, n int, resume *streamloop.Cursor) *sharedGroup {
 	g := &sharedGroup{h: h, id: id, reads: reads, private: streamloop.New(h.pool, id, nil, resume)}
 	for range n {
 		l := streamloop.New(h.pool, id, nil, resume)
@@ -82,7 +82,7 @@ type syncStep struct {
 // syncSteps are every kind of change a Sync meets (messages, queue,
 // status, retry state, error, action_required, a full refresh), in an
 // order a chat can take them.
-func syncSteps(h *harness, id uuid.UUID) []syncStep {
+func syncSteps(h *fixture, id uuid.UUID) []syncStep {
 	worker := uuid.New()
 	return []syncStep{
 		{"queue a message", func() queries.Chat { return h.send(id, "queued") }},
@@ -108,7 +108,7 @@ func hintsOf(c queries.Chat) *streamloop.Hints {
 // queue, status, error, action_required, a full refresh).
 func TestSharedReadsOnePerSnapshot(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	reads := streamloop.NewReads(h.pool, streamloop.ReadsOptions{MaxConcurrent: 2})
 	g := newSharedGroup(h, id, reads, 24, nil)
@@ -144,7 +144,7 @@ func TestSharedReadsOnePerSnapshot(t *testing.T) {
 // hinted version.
 func TestSharedReadBootstrapSeesEveryCommit(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	reads := streamloop.NewReads(h.pool, streamloop.ReadsOptions{})
 	g := newSharedGroup(h, id, reads, 3, nil)
@@ -168,7 +168,7 @@ func TestSharedReadBootstrapSeesEveryCommit(t *testing.T) {
 // whose queue is behind: that loop reads again, and gets the queue.
 func TestSharedReadCoverage(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	id := h.create()
 	reads := streamloop.NewReads(h.pool, streamloop.ReadsOptions{})
 	g := newSharedGroup(h, id, reads, 2, nil)

@@ -1,7 +1,6 @@
 package streamloop_test
 
 import (
-	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -18,12 +17,12 @@ import (
 
 // This file holds the table-driven tests of Sync's decisions (spec "Stream
 // loop": the hint check, the fetch-then-no-op, the ten ordered application
-// steps) and of their convergence under duplicated, dropped and reordered
-// notifications.
+// steps); sync_orders_test.go holds those of their convergence under
+// duplicated, dropped and reordered notifications.
 
-// forT is the harness bound to a subtest, so its require calls fail the
+// forT is the fixture bound to a subtest, so its require calls fail the
 // subtest from the subtest's own goroutine.
-func (h *harness) forT(t *testing.T) *harness {
+func (h *fixture) forT(t *testing.T) *fixture {
 	c := *h
 	c.t = t
 	return &c
@@ -32,7 +31,7 @@ func (h *harness) forT(t *testing.T) *harness {
 // loopPool is a pool on the test database used only by the loop under test,
 // so its AcquireCount counts exactly the loop's fetches (one read
 // transaction per fetching Sync), and the recorder its round trips.
-func (h *harness) loopPool() (*pgxpool.Pool, *dbtest.RoundTrips) {
+func (h *fixture) loopPool() (*pgxpool.Pool, *dbtest.RoundTrips) {
 	h.t.Helper()
 	cfg := h.pool.Config()
 	rec := &dbtest.RoundTrips{}
@@ -51,7 +50,7 @@ const readBatch = "begin ChatGet ChatMessageListChangedSince ChatMessageListVisi
 // snapshot_version the way every bundle does, to reach a branch of the
 // stream loop the state machine cannot (the loop must still follow the
 // spec's rule on it).
-func (h *harness) rawUpdate(id uuid.UUID, set string) queries.Chat {
+func (h *fixture) rawUpdate(id uuid.UUID, set string) queries.Chat {
 	h.t.Helper()
 	_, err := h.pool.Exec(h.ctx, `UPDATE chats SET snapshot_version = snapshot_version + 1, `+set+` WHERE id = $1`, id)
 	require.NoError(h.t, err)
@@ -93,14 +92,14 @@ type syncRow struct {
 	// in the database before the loop's bootstrap (or resume builds it from
 	// a cursor instead of a bootstrap).
 	start  string
-	setup  func(h *harness, id uuid.UUID)
+	setup  func(h *fixture, id uuid.UUID)
 	resume func(db queries.Chat) streamloop.Cursor
 	// prime, when set, is a change the loop syncs (poller hints) after its
 	// baseline and before the row's Sync.
-	prime func(h *harness, id uuid.UUID)
+	prime func(h *fixture, id uuid.UUID)
 	// change describes the database change after the baseline.
 	change string
-	apply  func(h *harness, id uuid.UUID)
+	apply  func(h *fixture, id uuid.UUID)
 	hints  func(local streamloop.State, db queries.Chat) streamloop.Hints
 	// outcome is what the Sync does, want the exact event types it emits in
 	// order (preview_reset included), retired attempt_retired after it.
@@ -114,23 +113,23 @@ type syncRow struct {
 // types in order, the saved state, attempt_retired and the relay target.
 func TestSyncBranchTable(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	w1, w2 := uuid.New(), uuid.New()
-	running := func(*harness, uuid.UUID) {}
-	owned1 := func(h *harness, id uuid.UUID) { h.acquire(id, w1); h.attempt(id) }
-	none := func(*harness, uuid.UUID) {}
+	running := func(*fixture, uuid.UUID) {}
+	owned1 := func(h *fixture, id uuid.UUID) { h.acquire(id, w1); h.attempt(id) }
+	none := func(*fixture, uuid.UUID) {}
 
 	rows := []syncRow{
 		// Steps 1-3: the hint check.
 		{branch: "hint/stale snapshot wins over newer fields", start: "running, bootstrapped",
-			setup: running, change: "turn finished (message + waiting)", apply: func(h *harness, id uuid.UUID) { h.commitAndFinish(id, "hi") },
+			setup: running, change: "turn finished (message + waiting)", apply: func(h *fixture, id uuid.UUID) { h.commitAndFinish(id, "hi") },
 			hints: func(l streamloop.State, db queries.Chat) streamloop.Hints {
 				return streamloop.Hints{SnapshotVersion: &l.SnapshotVersion, HistoryVersion: &db.HistoryVersion, Status: str(string(db.Status))}
 			},
 			outcome: hintNoop, want: []string{}},
 		{branch: "hint/newer snapshot, every field equal", start: "waiting, bootstrapped",
-			setup: func(h *harness, id uuid.UUID) { h.commitAndFinish(id, "hi") }, change: "archived (snapshot only)",
-			apply: func(h *harness, id uuid.UUID) {
+			setup: func(h *fixture, id uuid.UUID) { h.commitAndFinish(id, "hi") }, change: "archived (snapshot only)",
+			apply: func(h *fixture, id uuid.UUID) {
 				h.do(id, func(tx *chatstate.Tx) error { return tx.SetArchived(h.ctx, true) })
 			},
 			hints: poller, outcome: hintNoop, want: []string{}},
@@ -173,30 +172,30 @@ func TestSyncBranchTable(t *testing.T) {
 
 		// Steps 1-3 of the application: messages, queue, status.
 		{branch: "apply/messages then status (turn finished)", start: "running, attempt 0, bootstrapped", setup: running,
-			change: "assistant reply + FinishTurn", apply: func(h *harness, id uuid.UUID) { h.commitAndFinish(id, "hi") },
+			change: "assistant reply + FinishTurn", apply: func(h *fixture, id uuid.UUID) { h.commitAndFinish(id, "hi") },
 			hints: poller, outcome: applied, want: []string{"message", "status", "preview_reset"}},
 		{branch: "apply/queue only", start: "running, bootstrapped", setup: running,
-			change: "message queued", apply: func(h *harness, id uuid.UUID) { h.send(id, "queued") },
+			change: "message queued", apply: func(h *fixture, id uuid.UUID) { h.send(id, "queued") },
 			hints: poller, outcome: applied, want: []string{"queue_update"}},
 		{branch: "apply/history reset then status", start: "waiting after one turn, bootstrapped",
-			setup:  func(h *harness, id uuid.UUID) { h.commitAndFinish(id, "hi") },
-			change: "first user message edited", apply: func(h *harness, id uuid.UUID) { h.editFirstUser(id, "edited") },
+			setup:  func(h *fixture, id uuid.UUID) { h.commitAndFinish(id, "hi") },
+			change: "first user message edited", apply: func(h *fixture, id uuid.UUID) { h.editFirstUser(id, "edited") },
 			hints: poller, outcome: applied, want: []string{"history_reset", "message", "message", "status", "preview_reset"}},
 		{branch: "apply/status only (unowned interrupt finishes)", start: "running, unowned, bootstrapped", setup: running,
-			change: "Interrupt", apply: func(h *harness, id uuid.UUID) { h.interrupt(id) },
+			change: "Interrupt", apply: func(h *fixture, id uuid.UUID) { h.interrupt(id) },
 			hints: poller, outcome: applied, want: []string{"status"}},
 
 		// Step 4: error, once per history version.
 		{branch: "error/sent with the status", start: "running, bootstrapped", setup: running,
-			change: "FinishError", apply: func(h *harness, id uuid.UUID) { h.finishError(id) },
+			change: "FinishError", apply: func(h *fixture, id uuid.UUID) { h.finishError(id) },
 			hints: poller, outcome: applied, want: []string{"status", "error"}, retired: true},
 		{branch: "error/not re-sent for the same history (worker change)", start: "error, bootstrapped (error sent)",
-			setup:  func(h *harness, id uuid.UUID) { h.finishError(id) },
-			change: "Acquire by w1 (status and history unchanged)", apply: func(h *harness, id uuid.UUID) { h.acquire(id, w1) },
+			setup:  func(h *fixture, id uuid.UUID) { h.finishError(id) },
+			change: "Acquire by w1 (status and history unchanged)", apply: func(h *fixture, id uuid.UUID) { h.acquire(id, w1) },
 			hints: poller, outcome: applied, want: []string{}, retired: true},
 		{branch: "error/not re-sent when the status moves to error at an already-errored history",
 			start: "resume cursor: running, error_history_version = db history",
-			setup: func(h *harness, id uuid.UUID) { h.finishError(id) },
+			setup: func(h *fixture, id uuid.UUID) { h.finishError(id) },
 			resume: func(db queries.Chat) streamloop.Cursor {
 				return streamloop.Cursor{SnapshotVersion: db.SnapshotVersion - 1, HistoryVersion: db.HistoryVersion,
 					QueueVersion: db.QueueVersion, RetryStateVersion: db.RetryStateVersion, Status: "running",
@@ -207,63 +206,63 @@ func TestSyncBranchTable(t *testing.T) {
 
 		// Step 5: action_required, once per history version.
 		{branch: "action/sent with message and status", start: "running, bootstrapped", setup: running,
-			change: "tool call + EnterRequiresAction", apply: func(h *harness, id uuid.UUID) { h.requireAction(id) },
+			change: "tool call + EnterRequiresAction", apply: func(h *fixture, id uuid.UUID) { h.requireAction(id) },
 			hints: poller, outcome: applied, want: []string{"message", "status", "action_required", "preview_reset"}},
 		{branch: "action/not re-sent on a queue change", start: "requires_action, bootstrapped (action sent)",
-			setup:  func(h *harness, id uuid.UUID) { h.requireAction(id) },
-			change: "message queued (A0 -> A1)", apply: func(h *harness, id uuid.UUID) { h.send(id, "queued") },
+			setup:  func(h *fixture, id uuid.UUID) { h.requireAction(id) },
+			change: "message queued (A0 -> A1)", apply: func(h *fixture, id uuid.UUID) { h.send(id, "queued") },
 			hints: poller, outcome: applied, want: []string{"queue_update"}},
 		{branch: "action/not re-sent on a worker change", start: "requires_action, bootstrapped (action sent)",
-			setup:  func(h *harness, id uuid.UUID) { h.requireAction(id) },
-			change: "Acquire by w1", apply: func(h *harness, id uuid.UUID) { h.acquire(id, w1) },
+			setup:  func(h *fixture, id uuid.UUID) { h.requireAction(id) },
+			change: "Acquire by w1", apply: func(h *fixture, id uuid.UUID) { h.acquire(id, w1) },
 			hints: poller, outcome: applied, want: []string{}},
 
 		// Steps 6 and 7: retry and attempt_retired.
 		{branch: "retry/sent while running", start: "running, owned, attempt 1, bootstrapped", setup: owned1,
-			change: "RecordRetryState", apply: func(h *harness, id uuid.UUID) { h.retryState(id) },
+			change: "RecordRetryState", apply: func(h *fixture, id uuid.UUID) { h.retryState(id) },
 			hints: poller, outcome: applied, want: []string{"retry"}, retired: true},
 		{branch: "retry/cancelled by Interrupt: attempt_retired stays set", start: "running, owned, attempt 1, retry pending (retired), bootstrapped",
-			setup:  func(h *harness, id uuid.UUID) { owned1(h, id); h.retryState(id) },
-			change: "Interrupt (retry_state cleared, same episode)", apply: func(h *harness, id uuid.UUID) { h.interrupt(id) },
+			setup:  func(h *fixture, id uuid.UUID) { owned1(h, id); h.retryState(id) },
+			change: "Interrupt (retry_state cleared, same episode)", apply: func(h *fixture, id uuid.UUID) { h.interrupt(id) },
 			hints: poller, outcome: applied, want: []string{"status"}, retired: true},
 		{branch: "retry/cancelled retry stays retired on a later Sync",
 			start:  "running, owned, attempt 1, retry pending, bootstrapped; then Interrupt synced (retired)",
-			setup:  func(h *harness, id uuid.UUID) { owned1(h, id); h.retryState(id) },
-			prime:  func(h *harness, id uuid.UUID) { h.interrupt(id) },
-			change: "message queued (I0 -> I1, same episode, no retry change)", apply: func(h *harness, id uuid.UUID) { h.send(id, "queued") },
+			setup:  func(h *fixture, id uuid.UUID) { owned1(h, id); h.retryState(id) },
+			prime:  func(h *fixture, id uuid.UUID) { h.interrupt(id) },
+			change: "message queued (I0 -> I1, same episode, no retry change)", apply: func(h *fixture, id uuid.UUID) { h.send(id, "queued") },
 			hints: poller, outcome: applied, want: []string{"queue_update"}, retired: true},
 		{branch: "retry/recorded and cancelled between Syncs: no retry event, retired", start: "running, owned, attempt 1, bootstrapped",
 			setup:  owned1,
-			change: "RecordRetryState, then Interrupt", apply: func(h *harness, id uuid.UUID) { h.retryState(id); h.interrupt(id) },
+			change: "RecordRetryState, then Interrupt", apply: func(h *fixture, id uuid.UUID) { h.retryState(id); h.interrupt(id) },
 			hints: poller, outcome: applied, want: []string{"status"}, retired: true},
 		{branch: "retry/recorded then error: no retry event", start: "running, owned, attempt 1, bootstrapped", setup: owned1,
-			change: "RecordRetryState, then FinishError", apply: func(h *harness, id uuid.UUID) { h.retryState(id); h.finishError(id) },
+			change: "RecordRetryState, then FinishError", apply: func(h *fixture, id uuid.UUID) { h.retryState(id); h.finishError(id) },
 			hints: poller, outcome: applied, want: []string{"status", "error"}, retired: true},
 		{branch: "retry/not sent when status is not running", start: "running, bootstrapped", setup: running,
-			change: "raw row: status waiting with a retry_state", apply: func(h *harness, id uuid.UUID) {
+			change: "raw row: status waiting with a retry_state", apply: func(h *fixture, id uuid.UUID) {
 				h.rawUpdate(id, `status = 'waiting', retry_state = '{"attempt":1,"delay_ms":500,"error":"x"}'::jsonb`)
 			},
 			hints: poller, outcome: applied, want: []string{"status"}, retired: true},
 		{branch: "retry/new attempt after a retry clears attempt_retired", start: "running, owned, attempt 1, retry pending (retired), bootstrapped",
-			setup:  func(h *harness, id uuid.UUID) { owned1(h, id); h.retryState(id) },
-			change: "RecordGenerationAttempt (trigger clears retry_state)", apply: func(h *harness, id uuid.UUID) { h.attempt(id) },
+			setup:  func(h *fixture, id uuid.UUID) { owned1(h, id); h.retryState(id) },
+			change: "RecordGenerationAttempt (trigger clears retry_state)", apply: func(h *fixture, id uuid.UUID) { h.attempt(id) },
 			hints: poller, outcome: applied, want: []string{"preview_reset"}},
 
 		// Steps 8 and 9: preview_reset and the relay target.
 		{branch: "preview/first attempt on a history", start: "running, attempt 0, bootstrapped", setup: running,
-			change: "Acquire + RecordGenerationAttempt", apply: func(h *harness, id uuid.UUID) { h.acquire(id, w1); h.attempt(id) },
+			change: "Acquire + RecordGenerationAttempt", apply: func(h *fixture, id uuid.UUID) { h.acquire(id, w1); h.attempt(id) },
 			hints: poller, outcome: applied, want: []string{"preview_reset"}},
 		{branch: "preview/next attempt", start: "running, owned, attempt 1, bootstrapped", setup: owned1,
-			change: "RecordGenerationAttempt", apply: func(h *harness, id uuid.UUID) { h.attempt(id) },
+			change: "RecordGenerationAttempt", apply: func(h *fixture, id uuid.UUID) { h.attempt(id) },
 			hints: poller, outcome: applied, want: []string{"preview_reset"}},
 		{branch: "preview/history change drops attempt to 0: one reset", start: "running, owned, attempt 1, bootstrapped", setup: owned1,
-			change: "CommitStep (history +, attempt -> 0)", apply: func(h *harness, id uuid.UUID) { h.commitStep(id, "step") },
+			change: "CommitStep (history +, attempt -> 0)", apply: func(h *fixture, id uuid.UUID) { h.commitStep(id, "step") },
 			hints: poller, outcome: applied, want: []string{"message", "preview_reset"}},
 		{branch: "preview/attempt drops to 0 on the same history: no reset", start: "running, owned, attempt 1, bootstrapped", setup: owned1,
-			change: "raw row: generation_attempt = 0", apply: func(h *harness, id uuid.UUID) { h.rawUpdate(id, `generation_attempt = 0`) },
+			change: "raw row: generation_attempt = 0", apply: func(h *fixture, id uuid.UUID) { h.rawUpdate(id, `generation_attempt = 0`) },
 			hints: poller, outcome: applied, want: []string{}},
 		{branch: "relay/worker change only", start: "running, owned by w1, attempt 1, bootstrapped", setup: owned1,
-			change: "Acquire by w2", apply: func(h *harness, id uuid.UUID) { h.acquire(id, w2) },
+			change: "Acquire by w2", apply: func(h *fixture, id uuid.UUID) { h.acquire(id, w2) },
 			hints: poller, outcome: applied, want: []string{}},
 	}
 	for _, row := range rows {
@@ -365,7 +364,7 @@ func TestSyncBranchTable(t *testing.T) {
 // present.
 func TestSyncWorkerHintTriState(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	w1, w2 := uuid.New(), uuid.New()
 	absent := streamloop.Hints{}
 	null := streamloop.Hints{Worker: true}
@@ -417,205 +416,6 @@ func TestSyncWorkerHintTriState(t *testing.T) {
 			require.True(t, workerEq(row.local, ph.WorkerID))
 			after := l.State()
 			require.False(t, after.NeedsFetch(ph))
-		})
-	}
-}
-
-// transitions of the order scenario: each is one bundle, and after it the
-// chat's row is the notification (and poll) hint for it.
-var orderSteps = []struct {
-	name string
-	do   func(h *harness, id uuid.UUID, w uuid.UUID)
-}{
-	{"b0 acquire + attempt 1", func(h *harness, id, w uuid.UUID) {
-		h.do(id, func(tx *chatstate.Tx) error {
-			if err := tx.Acquire(h.ctx, w, uuid.New()); err != nil {
-				return err
-			}
-			return tx.RecordGenerationAttempt(h.ctx)
-		})
-	}},
-	{"b1 step a (history, attempt 0)", func(h *harness, id, _ uuid.UUID) { h.commitStep(id, "a") }},
-	{"b2 attempt 1", func(h *harness, id, _ uuid.UUID) { h.attempt(id) }},
-	{"b3 queue q", func(h *harness, id, _ uuid.UUID) { h.send(id, "q") }},
-	{"b4 retry", func(h *harness, id, _ uuid.UUID) { h.retryState(id) }},
-	{"b5 attempt 2 (retry cleared)", func(h *harness, id, _ uuid.UUID) { h.attempt(id) }},
-	{"b6 step b + finish (q promoted)", func(h *harness, id, _ uuid.UUID) { h.commitAndFinish(id, "b") }},
-	{"b7 error", func(h *harness, id, _ uuid.UUID) { h.finishError(id) }},
-}
-
-// TestSyncNotificationOrders: duplicated, dropped and reordered
-// notifications. Part one commits every bundle first, then delivers their
-// hints in different orders: the first Sync fetches the final state and
-// emits all of it, every later one is a no-op, so every order emits the
-// same events and ends in the same state. Part two interleaves bundles and
-// deliveries; each schedule's events are exact, carry no duplicates, and
-// converge to a fresh client's view and state.
-func TestSyncNotificationOrders(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	n := len(orderSteps)
-
-	// A fresh client of a chat after the whole scenario.
-	final := func(h *harness, id uuid.UUID) (view, streamloop.State) {
-		var v view
-		l := streamloop.New(h.pool, id, nil, nil)
-		evs, err := l.Bootstrap(h.ctx)
-		require.NoError(h.t, err)
-		v.apply(h.t, evs)
-		return v, snapshotState(l.State())
-	}
-	// Fields a cursor-less bootstrap and an incremental loop must agree on.
-	comparable := func(st streamloop.State) streamloop.State {
-		st.PartSeq = 0
-		return st
-	}
-
-	t.Run("all committed, then delivered", func(t *testing.T) {
-		t.Parallel()
-		h := h.forT(t)
-		id := h.create()
-		orders := []struct {
-			name  string
-			order []int
-		}{
-			{"in order", []int{0, 1, 2, 3, 4, 5, 6, 7}},
-			{"reversed", []int{7, 6, 5, 4, 3, 2, 1, 0}},
-			{"each duplicated", []int{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7}},
-			{"shuffled with duplicates", []int{4, 1, 7, 1, 0, 6, 3, 3, 5, 2, 7}},
-			{"only the first (rest dropped)", []int{0}},
-			{"only the last (rest dropped)", []int{7}},
-			{"only a middle one, twice", []int{4, 4}},
-		}
-		loops := make([]*streamloop.Loop, len(orders))
-		views := make([]view, len(orders))
-		for i := range orders {
-			loops[i] = streamloop.New(h.pool, id, nil, nil)
-			boot, err := loops[i].Bootstrap(h.ctx)
-			require.NoError(t, err)
-			views[i].apply(t, boot)
-		}
-		w := uuid.New()
-		hints := make([]streamloop.Hints, n)
-		for i, s := range orderSteps {
-			s.do(h, id, w)
-			hints[i] = streamloop.HintsFromChat(h.chat(id))
-		}
-		wantTypes := []string{"message", "message", "message", "queue_update", "status", "error", "preview_reset"}
-		fresh, freshState := final(h, id)
-		var first []string
-		for i, o := range orders {
-			v := &views[i]
-			var all []streamloop.Event
-			for k, j := range o.order {
-				evs, err := loops[i].Sync(h.ctx, hints[j])
-				require.NoError(t, err)
-				if k == 0 {
-					require.Equal(t, wantTypes, allTypes(evs), "%s: the first Sync emits the final state", o.name)
-				} else {
-					require.Empty(t, evs, "%s: delivery %d (hint %d) after convergence", o.name, k, j)
-				}
-				all = append(all, evs...)
-			}
-			v.apply(t, all)
-			if first == nil {
-				first = wire(t, all)
-			}
-			require.Equal(t, first, wire(t, all), "%s: same events as in order", o.name)
-			require.Equal(t, fresh.Messages, v.Messages, o.name)
-			require.Equal(t, fresh.Queue, v.Queue, o.name)
-			require.Equal(t, fresh.Status, v.Status, o.name)
-			require.Equal(t, comparable(freshState), comparable(snapshotState(loops[i].State())), o.name)
-		}
-		require.Len(t, fresh.Messages, 5, "system, hello, a, b, q")
-		require.Equal(t, "error", fresh.Status)
-	})
-
-	// Interleaved schedules: "cK" commits bundle K, "dK" delivers bundle
-	// K's hint, "P" is the poller's hint of the current row.
-	schedules := []struct {
-		name string
-		ops  []string
-		want [][]string // event types per op, in order; nil for c ops
-	}{
-		{"each notified promptly", []string{"c0", "d0", "c1", "d1", "c2", "d2", "c3", "d3", "c4", "d4", "c5", "d5", "c6", "d6", "c7", "d7"},
-			[][]string{nil, {"preview_reset"}, nil, {"message", "preview_reset"}, nil, {"preview_reset"}, nil, {"queue_update"},
-				nil, {"retry"}, nil, {"preview_reset"}, nil, {"message", "message", "queue_update", "preview_reset"}, nil, {"status", "error"}}},
-		{"late, reordered and duplicated", []string{"c0", "c1", "c2", "d2", "d0", "d1", "c3", "c4", "c5", "d5", "d4", "d3", "d3", "c6", "c7", "d6", "d7", "d7"},
-			[][]string{nil, nil, nil, {"message", "preview_reset"}, {}, {}, nil, nil, nil, {"queue_update", "preview_reset"}, {}, {}, {},
-				nil, nil, {"message", "message", "queue_update", "status", "error", "preview_reset"}, {}, {}}},
-		{"mostly dropped, poller catches up", []string{"c0", "c1", "c2", "c3", "d1", "c4", "c5", "c6", "c7", "P", "P"},
-			[][]string{nil, nil, nil, nil, {"message", "queue_update", "preview_reset"}, nil, nil, nil, nil,
-				{"message", "message", "queue_update", "status", "error", "preview_reset"}, {}}},
-		{"duplicates around a retry", []string{"c0", "d0", "d0", "c1", "c2", "c3", "c4", "d4", "d4", "d2", "c5", "c6", "c7", "d7", "P"},
-			[][]string{nil, {"preview_reset"}, {}, nil, nil, nil, nil, {"message", "queue_update", "retry", "preview_reset"}, {}, {},
-				nil, nil, nil, {"message", "message", "queue_update", "status", "error", "preview_reset"}, {}}},
-	}
-	for _, sc := range schedules {
-		t.Run(sc.name, func(t *testing.T) {
-			t.Parallel()
-			h := h.forT(t)
-			require.Len(t, sc.want, len(sc.ops))
-			id := h.create()
-			w := uuid.New()
-			l := streamloop.New(h.pool, id, nil, nil)
-			var v view
-			boot, err := l.Bootstrap(h.ctx)
-			require.NoError(t, err)
-			v.apply(t, boot)
-			hints := make([]streamloop.Hints, n)
-			var stream []streamloop.Event
-			for i, op := range sc.ops {
-				var k int
-				if op != "P" {
-					_, err := fmt.Sscanf(op[1:], "%d", &k)
-					require.NoError(t, err)
-				}
-				if op[0] == 'c' {
-					orderSteps[k].do(h, id, w)
-					hints[k] = streamloop.HintsFromChat(h.chat(id))
-					require.Nil(t, sc.want[i], "op %d %s", i, op)
-					continue
-				}
-				hint := streamloop.HintsFromChat(h.chat(id))
-				if op[0] == 'd' {
-					require.NotNil(t, hints[k].SnapshotVersion, "op %d: %s delivered before its bundle", i, op)
-					hint = hints[k]
-				}
-				evs, err := l.Sync(h.ctx, hint)
-				require.NoError(t, err)
-				require.Equal(t, sc.want[i], allTypes(evs), "op %d %s", i, op)
-				v.apply(t, evs)
-				stream = append(stream, evs...)
-			}
-			// No duplicates: without a history_reset each message is sent
-			// once, and no status is repeated back to back.
-			seen := map[int64]bool{}
-			lastStatus := boot[len(boot)-2].Payload.(streamloop.StatusPayload).Status // bootstrap: ..., status, preview_reset
-			errorsSent := 0
-			for _, e := range stream {
-				switch e.Type {
-				case streamloop.TypeHistoryReset:
-					t.Fatalf("unexpected history_reset")
-				case streamloop.TypeMessage:
-					mid := e.Payload.(streamloop.Message).ID
-					require.False(t, seen[mid], "message %d sent twice", mid)
-					seen[mid] = true
-				case streamloop.TypeStatus:
-					s := e.Payload.(streamloop.StatusPayload).Status
-					require.NotEqual(t, lastStatus, s, "status %s repeated", s)
-					lastStatus = s
-				case streamloop.TypeError:
-					errorsSent++
-				}
-			}
-			require.Len(t, seen, 3, "a, b and q, each once")
-			require.Equal(t, 1, errorsSent)
-			fresh, freshState := final(h, id)
-			require.Equal(t, fresh.Messages, v.Messages)
-			require.Equal(t, fresh.Queue, v.Queue)
-			require.Equal(t, fresh.Status, v.Status)
-			require.Equal(t, comparable(freshState), comparable(snapshotState(l.State())))
 		})
 	}
 }

@@ -38,17 +38,17 @@ const (
 	tick    = 10 * time.Millisecond
 )
 
-// bundle is one test's database and NATS server.
-type bundle struct {
+// fixture is one test's database and NATS server.
+type fixture struct {
 	pool   *pgxpool.Pool
 	url    string
 	tenant managertest.Tenant
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *fixture {
 	t.Helper()
 	pool := dbtest.NewPool(t)
-	return &bundle{pool: pool, url: natstest.URL(t), tenant: managertest.NewTenant(t, pool)}
+	return &fixture{pool: pool, url: natstest.URL(t), tenant: managertest.NewTenant(t, pool)}
 }
 
 // worker is an acquisition loop and a runner manager with fake runners,
@@ -86,14 +86,14 @@ func (w *worker) passes(t *testing.T) uint64 {
 }
 
 // startWorker runs a worker until the test ends or stop is called.
-func (b *bundle) startWorker(t *testing.T, limits acquire.Limits) *worker {
+func (b *fixture) startWorker(t *testing.T, limits acquire.Limits) *worker {
 	t.Helper()
 	return b.startWorkerClocked(t, limits, nil)
 }
 
 // startWorkerClocked is startWorker whose state machine reads now (nil:
 // Postgres's clock, as in production).
-func (b *bundle) startWorkerClocked(t *testing.T, limits acquire.Limits, now func() time.Time) *worker {
+func (b *fixture) startWorkerClocked(t *testing.T, limits acquire.Limits, now func() time.Time) *worker {
 	t.Helper()
 	nc := natstest.Connect(t, b.url)
 	w := &worker{id: uuid.New(), clock: clockwork.NewFakeClock(), runners: &managertest.Factory{}, metrics: sdkmetric.NewManualReader()}
@@ -127,7 +127,7 @@ func runUntilStopped(fn func(context.Context)) func() {
 }
 
 // owners maps every chat of ids to its (worker_id, runner_id).
-func (b *bundle) owners(t *testing.T, ids []uuid.UUID) map[uuid.UUID]manager.Key {
+func (b *fixture) owners(t *testing.T, ids []uuid.UUID) map[uuid.UUID]manager.Key {
 	t.Helper()
 	rows, err := b.pool.Query(context.Background(),
 		`SELECT id, worker_id, runner_id FROM chats WHERE id = ANY($1) AND worker_id IS NOT NULL`, ids)
@@ -144,7 +144,7 @@ func (b *bundle) owners(t *testing.T, ids []uuid.UUID) map[uuid.UUID]manager.Key
 }
 
 // ownedCounts counts chats owned with a fresh lease, root and subagent.
-func (b *bundle) ownedCounts(t *testing.T) (root, subagent int) {
+func (b *fixture) ownedCounts(t *testing.T) (root, subagent int) {
 	t.Helper()
 	err := b.pool.QueryRow(context.Background(), `
 SELECT count(*) FILTER (WHERE c.parent_chat_id IS NULL), count(*) FILTER (WHERE c.parent_chat_id IS NOT NULL)

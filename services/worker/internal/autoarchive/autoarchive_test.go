@@ -21,7 +21,7 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 
 const days = 7
 
-type env struct {
+type fixture struct {
 	t       *testing.T
 	ctx     context.Context
 	pool    *pgxpool.Pool
@@ -33,11 +33,11 @@ type env struct {
 	old time.Time
 }
 
-func newEnv(t *testing.T) *env {
+func setup(t *testing.T) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	pool := dbtest.NewPool(t)
-	e := &env{
+	e := &fixture{
 		t: t, ctx: ctx, pool: pool,
 		machine: chatstate.New(pool, chatstate.Config{}),
 		clock:   clockwork.NewFakeClockAt(time.Now()),
@@ -51,7 +51,7 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
-func (e *env) loop(cfg autoarchive.Config) *autoarchive.Loop {
+func (e *fixture) loop(cfg autoarchive.Config) *autoarchive.Loop {
 	if cfg.Days == 0 {
 		cfg.Days = days
 	}
@@ -65,7 +65,7 @@ func assistant(s string) chatstate.NewMessage {
 
 // create makes a chat: waiting, with one assistant message, or running when
 // user is set (a user message starts a turn). parent makes it a child.
-func (e *env) create(parent *uuid.UUID, user bool) uuid.UUID {
+func (e *fixture) create(parent *uuid.UUID, user bool) uuid.UUID {
 	e.t.Helper()
 	msg := assistant("hello")
 	if user {
@@ -81,48 +81,48 @@ func (e *env) create(parent *uuid.UUID, user bool) uuid.UUID {
 }
 
 // fail parks a running chat in error (E0).
-func (e *env) fail(id uuid.UUID) {
+func (e *fixture) fail(id uuid.UUID) {
 	e.t.Helper()
 	_, err := e.machine.Update(e.ctx, id, func(tx *chatstate.Tx) error { return tx.FinishError(e.ctx, "boom") })
 	require.NoError(e.t, err)
 }
 
 // backdateChats sets created_at and updated_at of the chats to at.
-func (e *env) backdateChats(at time.Time, ids ...uuid.UUID) {
+func (e *fixture) backdateChats(at time.Time, ids ...uuid.UUID) {
 	e.t.Helper()
 	_, err := e.pool.Exec(e.ctx, `UPDATE chats SET created_at = $2, updated_at = $2 WHERE id = ANY($1)`, ids, at)
 	require.NoError(e.t, err)
 }
 
 // backdateMessages sets created_at of the chats' messages to at.
-func (e *env) backdateMessages(at time.Time, ids ...uuid.UUID) {
+func (e *fixture) backdateMessages(at time.Time, ids ...uuid.UUID) {
 	e.t.Helper()
 	_, err := e.pool.Exec(e.ctx, `UPDATE chat_messages SET created_at = $2 WHERE chat_id = ANY($1)`, ids, at)
 	require.NoError(e.t, err)
 }
 
 // backdate makes the chats and their messages old.
-func (e *env) backdate(ids ...uuid.UUID) {
+func (e *fixture) backdate(ids ...uuid.UUID) {
 	e.t.Helper()
 	e.backdateChats(e.old, ids...)
 	e.backdateMessages(e.old, ids...)
 }
 
-func (e *env) archived(id uuid.UUID) bool {
+func (e *fixture) archived(id uuid.UUID) bool {
 	e.t.Helper()
 	s, err := e.machine.Get(e.ctx, id)
 	require.NoError(e.t, err)
 	return s.Chat.Archived
 }
 
-func (e *env) requireArchived(want bool, ids ...uuid.UUID) {
+func (e *fixture) requireArchived(want bool, ids ...uuid.UUID) {
 	e.t.Helper()
 	for _, id := range ids {
 		require.Equal(e.t, want, e.archived(id), "chat %s archived", id)
 	}
 }
 
-func (e *env) state(id uuid.UUID) chatstate.State {
+func (e *fixture) state(id uuid.UUID) chatstate.State {
 	e.t.Helper()
 	s, err := e.machine.Get(e.ctx, id)
 	require.NoError(e.t, err)
@@ -142,7 +142,7 @@ func TestCutoff(t *testing.T) {
 
 func TestTickArchivesIdleFamilies(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 
 	// Idle: a waiting root alone.
 	lone := e.create(nil, false)
@@ -210,7 +210,7 @@ func TestTickArchivesIdleFamilies(t *testing.T) {
 
 func TestTickCutoffBoundary(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	cutoff := autoarchive.Cutoff(e.clock.Now(), days)
 	before := e.create(nil, false)
 	e.backdate(before)
@@ -238,7 +238,7 @@ func TestTickCutoffBoundary(t *testing.T) {
 
 func TestTickBatches(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	var ids []uuid.UUID
 	for range 7 {
 		id := e.create(nil, false)
@@ -254,7 +254,7 @@ func TestTickBatches(t *testing.T) {
 
 func TestArchiveFamilyRechecks(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	cutoff := autoarchive.Cutoff(e.clock.Now(), days)
 	l := e.loop(autoarchive.Config{})
 
@@ -313,7 +313,7 @@ func TestArchiveFamilyRechecks(t *testing.T) {
 
 func TestDisabled(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	idle := e.create(nil, false)
 	e.backdate(idle)
 
@@ -337,7 +337,7 @@ func TestDisabled(t *testing.T) {
 
 func TestRunTicksEveryInterval(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	first := e.create(nil, false)
 	e.backdate(first)
 
@@ -392,7 +392,7 @@ func TestRunTicksEveryInterval(t *testing.T) {
 
 func TestConcurrentLoops(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	var ids []uuid.UUID
 	for range 10 {
 		root := e.create(nil, false)
@@ -427,7 +427,7 @@ func TestConcurrentLoops(t *testing.T) {
 // activity, so unarchiving alone does not save an idle family.
 func TestUnarchivedWithoutNewMessageIsArchivedAgain(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	root := e.create(nil, false)
 	e.backdate(root)
 	stats, err := e.loop(autoarchive.Config{}).Tick(e.ctx)

@@ -108,7 +108,7 @@ func Analyze(msgs []queries.ChatMessage) History {
 	tail := msgs[h.Boundary+1:]
 	// Only the first and the latest usage count: each is found by
 	// decoding usages from its end of the tail, not every one of them
-	// (a decode per reply was most of a long chat's step decision).
+	// (a decode per reply would be most of a long chat's step decision).
 	first := -1
 	for i, m := range tail {
 		if h.BoundaryKind == BoundarySummarized && h.Summary == nil && m.Compressed && m.Role == chatstate.RoleTool {

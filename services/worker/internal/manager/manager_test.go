@@ -29,7 +29,7 @@ const (
 	tick    = 10 * time.Millisecond
 )
 
-type bundle struct {
+type fixture struct {
 	pool     *pgxpool.Pool
 	machine  *chatstate.Machine
 	tenant   managertest.Tenant
@@ -43,10 +43,10 @@ type bundle struct {
 
 // setup runs a manager with fake runners and a fake clock until the test
 // ends or stop is called.
-func setup(t *testing.T, cfg manager.Config) *bundle {
+func setup(t *testing.T, cfg manager.Config) *fixture {
 	t.Helper()
 	pool := dbtest.NewPool(t)
-	b := &bundle{
+	b := &fixture{
 		pool: pool, machine: chatstate.New(pool, chatstate.Config{}), tenant: managertest.NewTenant(t, pool),
 		clock: clockwork.NewFakeClock(), workerID: uuid.New(), runners: &managertest.Factory{},
 		exits: make(chan manager.Key, 100),
@@ -65,7 +65,7 @@ func setup(t *testing.T, cfg manager.Config) *bundle {
 
 // own acquires chat id for runnerID (inserting its heartbeat row) and
 // spawns the runner.
-func (b *bundle) own(t *testing.T, id, runnerID uuid.UUID) *managertest.Runner {
+func (b *fixture) own(t *testing.T, id, runnerID uuid.UUID) *managertest.Runner {
 	t.Helper()
 	ctx := context.Background()
 	_, err := b.machine.Update(ctx, id, func(tx *chatstate.Tx) error { return tx.Acquire(ctx, b.workerID, runnerID) })
@@ -77,7 +77,7 @@ func (b *bundle) own(t *testing.T, id, runnerID uuid.UUID) *managertest.Runner {
 	return r
 }
 
-func (b *bundle) heartbeat(t *testing.T, chatID, runnerID uuid.UUID) time.Time {
+func (b *fixture) heartbeat(t *testing.T, chatID, runnerID uuid.UUID) time.Time {
 	t.Helper()
 	hb, err := queries.New(b.pool).ChatHeartbeatGet(context.Background(),
 		queries.ChatHeartbeatGetParams{ChatID: chatID, RunnerID: runnerID})
@@ -85,7 +85,7 @@ func (b *bundle) heartbeat(t *testing.T, chatID, runnerID uuid.UUID) time.Time {
 	return hb.HeartbeatAt
 }
 
-func (b *bundle) chat(t *testing.T, id uuid.UUID) queries.Chat {
+func (b *fixture) chat(t *testing.T, id uuid.UUID) queries.Chat {
 	t.Helper()
 	c, err := queries.New(b.pool).ChatGet(context.Background(), id)
 	require.NoError(t, err)

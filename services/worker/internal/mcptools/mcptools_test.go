@@ -90,7 +90,7 @@ type fixture struct {
 	chat queries.Chat
 }
 
-func newFixture(t testing.TB) *fixture {
+func setup(t testing.TB) *fixture {
 	f := &fixture{t: t, ctx: context.Background(), pool: dbtest.NewPool(t)}
 	f.q = queries.New(f.pool)
 	f.chat = queries.Chat{ID: uuid.New(), OrganizationID: uuid.New()}
@@ -148,7 +148,7 @@ func names(tb *agenttools.Toolbox) []string {
 // serves every step.
 func TestToolsAndCalls(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := setup(t)
 	srv := newMCPServer(t)
 	f.addServer("tools", srv.URL, map[string]string{"X-Api-Key": "k-123"}, "tok-456")
 	p := f.provider(mcptools.Options{})
@@ -198,7 +198,7 @@ func TestToolsAndCalls(t *testing.T) {
 // offered; other organizations' servers are never offered.
 func TestServerChangesAndFailures(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := setup(t)
 	srv := newMCPServer(t)
 	row := f.addServer("svc", srv.URL, nil, "")
 	p := f.provider(mcptools.Options{})
@@ -278,7 +278,7 @@ func TestToolName(t *testing.T) {
 // TestCancelledCall: a call whose context ends returns an error result.
 func TestCancelledCall(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := setup(t)
 	srv := newMCPServer(t)
 	f.addServer("svc", srv.URL, nil, "")
 	p := f.provider(mcptools.Options{})
@@ -298,7 +298,7 @@ func ptr[T any](v T) *T { return &v }
 // one call. "cached" reuses the worker's session and tool list; "connect"
 // is a fresh provider each step (connect, initialize, list, call).
 func BenchmarkStep(b *testing.B) {
-	f := newFixture(b)
+	f := setup(b)
 	srv := newMCPServer(b)
 	f.addServer("svc", srv.URL, nil, "")
 	step := func(p *mcptools.Provider) {

@@ -15,7 +15,7 @@ import (
 // ignored and the database answers.
 func TestToolsUseTheServersTheBundleRead(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := setup(t)
 	stored := f.addServer("tools", newMCPServer(t).URL, nil, "")
 	p := f.provider(mcptools.Options{})
 	all := []string{"tools__broken", "tools__echo", "tools__files_read"}

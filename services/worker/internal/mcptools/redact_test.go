@@ -13,7 +13,7 @@ import (
 // token, a header value) reaches the chat with them scrubbed.
 func TestToolResultsScrubServerCredentials(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := setup(t)
 	srv := newMCPServer(t)
 	f.addServer("tools", srv.URL, map[string]string{"X-Api-Key": "hdr-secret-789"}, "tok-secret-456")
 	p := f.provider(mcptools.Options{})

@@ -31,7 +31,7 @@ func TestMCPConnectStage(t *testing.T) {
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
 	stages := telemetry.NewStages(telemetry.StagesOptions{TracerProvider: tp, MeterProvider: mp})
 
-	f := newFixture(t)
+	f := setup(t)
 	live := newMCPServer(t)
 	dead := httptest.NewServer(nil)
 	dead.Close()
@@ -79,7 +79,7 @@ func TestMCPConnectStage(t *testing.T) {
 	require.Len(t, connects(), 1)
 
 	// A provider whose only server is dead: the stage is errored.
-	g := newFixture(t)
+	g := setup(t)
 	g.addServer("dead", dead.URL, nil, "")
 	q := mcptools.New(g.pool, mcptools.Options{})
 	t.Cleanup(q.Close)

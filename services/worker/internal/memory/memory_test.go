@@ -22,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
-type bundle struct {
+type fixture struct {
 	t       *testing.T
 	ctx     context.Context
 	pool    *pgxpool.Pool
@@ -33,9 +33,9 @@ type bundle struct {
 	project uuid.UUID
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *fixture {
 	t.Helper()
-	b := &bundle{t: t, ctx: context.Background(), pool: dbtest.NewPool(t), org: uuid.New(), user: uuid.New(), project: uuid.New()}
+	b := &fixture{t: t, ctx: context.Background(), pool: dbtest.NewPool(t), org: uuid.New(), user: uuid.New(), project: uuid.New()}
 	b.m = chatstate.New(b.pool, chatstate.Config{})
 	b.p = memory.New(b.pool, nil)
 	q := queries.New(b.pool)
@@ -48,7 +48,7 @@ func setup(t *testing.T) *bundle {
 
 // chat creates an idle chat, in the project when inProject, a child of
 // parent when set.
-func (b *bundle) chat(inProject bool, parent *uuid.UUID) queries.Chat {
+func (b *fixture) chat(inProject bool, parent *uuid.UUID) queries.Chat {
 	b.t.Helper()
 	p := chatstate.CreateParams{ID: uuid.New(), OrganizationID: b.org, OwnerID: b.user, ParentChatID: parent, Title: "t",
 		Messages: []chatstate.NewMessage{{Role: chatstate.RoleSystem, Content: chatmsg.Content{chatmsg.Text("s")}}}}
@@ -60,7 +60,7 @@ func (b *bundle) chat(inProject bool, parent *uuid.UUID) queries.Chat {
 	return res.Chat
 }
 
-func (b *bundle) toolbox(chat queries.Chat) *agenttools.Toolbox {
+func (b *fixture) toolbox(chat queries.Chat) *agenttools.Toolbox {
 	b.t.Helper()
 	tb, err := agenttools.Collect(b.ctx, chat, []agenttools.Provider{b.p})
 	require.NoError(b.t, err)
@@ -68,7 +68,7 @@ func (b *bundle) toolbox(chat queries.Chat) *agenttools.Toolbox {
 }
 
 // run calls tool with args and decodes the result.
-func (b *bundle) run(chat queries.Chat, tool string, args any) (map[string]any, bool) {
+func (b *fixture) run(chat queries.Chat, tool string, args any) (map[string]any, bool) {
 	b.t.Helper()
 	raw, err := json.Marshal(args)
 	require.NoError(b.t, err)
@@ -78,7 +78,7 @@ func (b *bundle) run(chat queries.Chat, tool string, args any) (map[string]any, 
 	return res, isErr
 }
 
-func (b *bundle) seed(from, n int) {
+func (b *fixture) seed(from, n int) {
 	b.t.Helper()
 	_, err := b.pool.Exec(b.ctx, `
 INSERT INTO chat_project_memories (project_id, name, title, content)
@@ -87,7 +87,7 @@ FROM generate_series($2::int, $3::int - 1) AS i`, b.project, from, from+n)
 	require.NoError(b.t, err)
 }
 
-func (b *bundle) count() int {
+func (b *fixture) count() int {
 	b.t.Helper()
 	n, err := queries.New(b.pool).MemoryCount(b.ctx, b.project)
 	require.NoError(b.t, err)

@@ -13,11 +13,12 @@ import (
 	"github.com/chatd/chatd/services/worker/internal/runner"
 )
 
-// TestManyRunnersDecideStepsOnASmallPool pins the wedge of issue 13: each
+// TestManyRunnersDecideStepsOnASmallPool guards against a pool wedge: each
 // runner's step decision runs inside a bundle (one pool connection and
 // the chat's row lock) and resolves the chat's model config for the
-// compaction triggers. Read through the pool, four runners there at once
-// held a pgxpool of four connections and each waited for a fifth. Here 50
+// compaction triggers. Were that read made through the pool, four runners
+// there at once would hold a pgxpool of four connections and each wait for
+// a fifth, so it must use the bundle's transaction. Here 50
 // runners share a pool of 2 and every turn takes two step decisions after
 // a model response (a worker tool call, then the reply): all finish, the
 // transaction guard sees no pool use inside a bundle, and no goroutine is

@@ -17,7 +17,7 @@ const DefaultPromptCacheBytes = 64 << 20
 // PromptCache keeps the model's view of committed messages (the content
 // parsed, hook parts turned into what the model reads) by chat and
 // message ID, for every runner of a worker: each step's prompt is built
-// over the whole active history, and parsing it again cost about 4 µs
+// over the whole active history, and parsing it again costs about 4 µs
 // per message, 1.5 ms at 400 messages, on the way to every turn's first
 // token (BenchmarkFirstStepWork). With the cache a step parses only the
 // messages it has not seen.

@@ -24,7 +24,7 @@ import (
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
-type bundle struct {
+type fixture struct {
 	t      *testing.T
 	ctx    context.Context
 	pool   *pgxpool.Pool
@@ -38,11 +38,11 @@ type bundle struct {
 	def modelconfig.ModelConfig
 }
 
-func setup(t *testing.T) *bundle {
+func setup(t *testing.T) *fixture {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	nc := natstest.Connect(t, natstest.URL(t))
-	b := &bundle{t: t, ctx: context.Background(), pool: pool, org: uuid.New(), user: uuid.New(),
+	b := &fixture{t: t, ctx: context.Background(), pool: pool, org: uuid.New(), user: uuid.New(),
 		models: modelconfig.New(pool), clock: clockwork.NewFakeClock()}
 	b.m = chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(nc, nil).AfterCommit})
 	q := queries.New(pool)
@@ -56,7 +56,7 @@ func setup(t *testing.T) *bundle {
 }
 
 // parent creates an idle root chat on the default model.
-func (b *bundle) parent() queries.Chat {
+func (b *fixture) parent() queries.Chat {
 	b.t.Helper()
 	res, err := b.m.Create(b.ctx, chatstate.CreateParams{ID: uuid.New(), OrganizationID: b.org, OwnerID: b.user, Title: "p",
 		ModelConfigID: &b.def.ID,
@@ -65,7 +65,7 @@ func (b *bundle) parent() queries.Chat {
 	return res.Chat
 }
 
-func (b *bundle) model(name string, enabled bool) modelconfig.ModelConfig {
+func (b *fixture) model(name string, enabled bool) modelconfig.ModelConfig {
 	b.t.Helper()
 	c, err := b.models.CreateModelConfig(b.ctx, b.org, modelconfig.ModelConfigCreate{ProviderID: b.def.ProviderID, Model: name, Enabled: &enabled})
 	require.NoError(b.t, err)
@@ -73,7 +73,7 @@ func (b *bundle) model(name string, enabled bool) modelconfig.ModelConfig {
 }
 
 // run calls tool as chat's model would, through the toolbox.
-func (b *bundle) run(p *subagents.Provider, chat queries.Chat, callID, tool string, args any) (map[string]any, bool) {
+func (b *fixture) run(p *subagents.Provider, chat queries.Chat, callID, tool string, args any) (map[string]any, bool) {
 	b.t.Helper()
 	raw, err := json.Marshal(args)
 	require.NoError(b.t, err)
@@ -85,14 +85,14 @@ func (b *bundle) run(p *subagents.Provider, chat queries.Chat, callID, tool stri
 	return res, isErr
 }
 
-func (b *bundle) children(parent uuid.UUID) []queries.Chat {
+func (b *fixture) children(parent uuid.UUID) []queries.Chat {
 	b.t.Helper()
 	rows, err := queries.New(b.pool).ChatListChildren(b.ctx, &parent)
 	require.NoError(b.t, err)
 	return rows
 }
 
-func (b *bundle) spawn(p *subagents.Provider, parent queries.Chat, args map[string]any) queries.Chat {
+func (b *fixture) spawn(p *subagents.Provider, parent queries.Chat, args map[string]any) queries.Chat {
 	b.t.Helper()
 	res, isErr := b.run(p, parent, uuid.NewString(), subagents.ToolSpawn, args)
 	require.False(b.t, isErr, res)
@@ -288,7 +288,7 @@ func TestModelPrecedence(t *testing.T) {
 
 // finishTurn commits reply as the child's answer and finishes its turn,
 // as a worker would.
-func (b *bundle) finishTurn(id uuid.UUID, reply string) {
+func (b *fixture) finishTurn(id uuid.UUID, reply string) {
 	b.t.Helper()
 	_, err := b.m.Update(b.ctx, id, func(tx *chatstate.Tx) error {
 		if _, err := tx.CommitStep(b.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: chatmsg.Content{chatmsg.Text(reply)}}}}); err != nil {
@@ -307,7 +307,7 @@ type waitOutcome struct {
 
 // startWait runs wait_agent in the background and waits until it is
 // blocked on its two timers (the timeout and the poll).
-func (b *bundle) startWait(p *subagents.Provider, parent queries.Chat, args map[string]any) <-chan waitOutcome {
+func (b *fixture) startWait(p *subagents.Provider, parent queries.Chat, args map[string]any) <-chan waitOutcome {
 	b.t.Helper()
 	out := make(chan waitOutcome, 1)
 	go func() {

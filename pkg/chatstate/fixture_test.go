@@ -61,7 +61,7 @@ func (l *commitLog) count() int {
 	return len(l.snaps)
 }
 
-type harness struct {
+type fixture struct {
 	t       testing.TB
 	ctx     context.Context
 	pool    *pgxpool.Pool
@@ -72,7 +72,7 @@ type harness struct {
 	user    uuid.UUID
 	worker  uuid.UUID
 	// history is the machine's HistoryCache, nil for a machine without
-	// one (newCachedHarness).
+	// one (setupCached).
 	history *chatstate.HistoryCache
 	checks  int // checkCachedHistory calls
 	// opts open the bundles of applyDB and applyBundleDB: the property
@@ -81,16 +81,16 @@ type harness struct {
 	opts []chatstate.BundleOption
 }
 
-func newHarness(t testing.TB) *harness {
+func setup(t testing.TB) *fixture {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	return newHarnessOn(t, pool)
 }
 
-func newHarnessOn(t testing.TB, pool *pgxpool.Pool) *harness {
+func newHarnessOn(t testing.TB, pool *pgxpool.Pool) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	h := &harness{
+	h := &fixture{
 		t: t, ctx: ctx, pool: pool,
 		clock:   &fixedClock{now: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)},
 		commits: &commitLog{},
@@ -107,7 +107,7 @@ func text(s string) chatmsg.Content { return chatmsg.Content{chatmsg.Text(s)} }
 
 // create makes a chat whose initial history is a system prompt and, when
 // withUser, a user message.
-func (h *harness) create(withUser bool) uuid.UUID {
+func (h *fixture) create(withUser bool) uuid.UUID {
 	h.t.Helper()
 	id := uuid.New()
 	msgs := []chatstate.NewMessage{{Role: chatstate.RoleSystem, Content: text("You are helpful.")}}
@@ -123,7 +123,7 @@ func (h *harness) create(withUser bool) uuid.UUID {
 }
 
 // do applies fn as one bundle and requires it to commit.
-func (h *harness) do(id uuid.UUID, fn func(*chatstate.Tx) error) chatstate.Result {
+func (h *fixture) do(id uuid.UUID, fn func(*chatstate.Tx) error) chatstate.Result {
 	h.t.Helper()
 	res, err := h.m.Update(h.ctx, id, fn)
 	require.NoError(h.t, err)
@@ -145,7 +145,7 @@ func dynamicCallStep(callID string) chatstate.Step {
 // reach builds a chat in state s. queued is the queue length for the
 // states with a queue (ignored otherwise); owned says whether a worker owns
 // it at the end.
-func (h *harness) reach(s chatstate.State, queued int, owned bool) uuid.UUID {
+func (h *fixture) reach(s chatstate.State, queued int, owned bool) uuid.UUID {
 	h.t.Helper()
 	if queued < 1 {
 		queued = 1

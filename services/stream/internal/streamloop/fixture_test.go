@@ -18,7 +18,7 @@ import (
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
-type harness struct {
+type fixture struct {
 	t    *testing.T
 	ctx  context.Context
 	pool *pgxpool.Pool
@@ -27,8 +27,8 @@ type harness struct {
 	org  uuid.UUID
 }
 
-func newHarness(t *testing.T) *harness {
-	h := &harness{t: t, ctx: context.Background(), pool: dbtest.NewPool(t), user: uuid.New(), org: uuid.New()}
+func setup(t *testing.T) *fixture {
+	h := &fixture{t: t, ctx: context.Background(), pool: dbtest.NewPool(t), user: uuid.New(), org: uuid.New()}
 	h.m = chatstate.New(h.pool, chatstate.Config{})
 	q := queries.New(h.pool)
 	require.NoError(t, q.OrganizationEnsure(h.ctx, queries.OrganizationEnsureParams{ID: h.org, Name: "org"}))
@@ -39,7 +39,7 @@ func newHarness(t *testing.T) *harness {
 func text(s string) chatmsg.Content { return chatmsg.Content{chatmsg.Text(s)} }
 
 // create makes a running chat: a system prompt and one user message.
-func (h *harness) create() uuid.UUID {
+func (h *fixture) create() uuid.UUID {
 	id := uuid.New()
 	_, err := h.m.Create(h.ctx, chatstate.CreateParams{
 		ID: id, OrganizationID: h.org, OwnerID: h.user, Title: "t",
@@ -53,14 +53,14 @@ func (h *harness) create() uuid.UUID {
 	return id
 }
 
-func (h *harness) do(id uuid.UUID, fn func(*chatstate.Tx) error) queries.Chat {
+func (h *fixture) do(id uuid.UUID, fn func(*chatstate.Tx) error) queries.Chat {
 	h.t.Helper()
 	res, err := h.m.Update(h.ctx, id, fn)
 	require.NoError(h.t, err)
 	return res.Chat
 }
 
-func (h *harness) commitAndFinish(id uuid.UUID, reply string) queries.Chat {
+func (h *fixture) commitAndFinish(id uuid.UUID, reply string) queries.Chat {
 	return h.do(id, func(tx *chatstate.Tx) error {
 		if _, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: text(reply)}}}); err != nil {
 			return err
@@ -70,45 +70,45 @@ func (h *harness) commitAndFinish(id uuid.UUID, reply string) queries.Chat {
 	})
 }
 
-func (h *harness) send(id uuid.UUID, msg string) queries.Chat {
+func (h *fixture) send(id uuid.UUID, msg string) queries.Chat {
 	return h.do(id, func(tx *chatstate.Tx) error {
 		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text(msg)), chatstate.BusyQueue)
 		return err
 	})
 }
 
-func (h *harness) acquire(id, worker uuid.UUID) queries.Chat {
+func (h *fixture) acquire(id, worker uuid.UUID) queries.Chat {
 	return h.do(id, func(tx *chatstate.Tx) error { return tx.Acquire(h.ctx, worker, uuid.New()) })
 }
 
-func (h *harness) attempt(id uuid.UUID) queries.Chat {
+func (h *fixture) attempt(id uuid.UUID) queries.Chat {
 	return h.do(id, func(tx *chatstate.Tx) error { return tx.RecordGenerationAttempt(h.ctx) })
 }
 
-func (h *harness) retryState(id uuid.UUID) queries.Chat {
+func (h *fixture) retryState(id uuid.UUID) queries.Chat {
 	return h.do(id, func(tx *chatstate.Tx) error {
 		return tx.RecordRetryState(h.ctx, chatstate.RetryState{Attempt: 1, DelayMS: 500, Error: "overloaded"})
 	})
 }
 
-func (h *harness) commitStep(id uuid.UUID, reply string) queries.Chat {
+func (h *fixture) commitStep(id uuid.UUID, reply string) queries.Chat {
 	return h.do(id, func(tx *chatstate.Tx) error {
 		_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: text(reply)}}})
 		return err
 	})
 }
 
-func (h *harness) finishError(id uuid.UUID) queries.Chat {
+func (h *fixture) finishError(id uuid.UUID) queries.Chat {
 	return h.do(id, func(tx *chatstate.Tx) error { return tx.FinishError(h.ctx, "model failed") })
 }
 
-func (h *harness) interrupt(id uuid.UUID) queries.Chat {
+func (h *fixture) interrupt(id uuid.UUID) queries.Chat {
 	return h.do(id, func(tx *chatstate.Tx) error { _, err := tx.Interrupt(h.ctx); return err })
 }
 
 // requireAction commits a dynamic tool call and parks the chat in
 // requires_action.
-func (h *harness) requireAction(id uuid.UUID) queries.Chat {
+func (h *fixture) requireAction(id uuid.UUID) queries.Chat {
 	return h.do(id, func(tx *chatstate.Tx) error {
 		if _, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant,
 			Content: chatmsgToolCall("call-1")}}}); err != nil {
@@ -119,7 +119,7 @@ func (h *harness) requireAction(id uuid.UUID) queries.Chat {
 }
 
 // editFirstUser replaces the chat's first user message with s.
-func (h *harness) editFirstUser(id uuid.UUID, s string) queries.Chat {
+func (h *fixture) editFirstUser(id uuid.UUID, s string) queries.Chat {
 	msgs, err := h.listVisible(id)
 	require.NoError(h.t, err)
 	var userID int64
@@ -136,7 +136,7 @@ func (h *harness) editFirstUser(id uuid.UUID, s string) queries.Chat {
 	})
 }
 
-func (h *harness) chat(id uuid.UUID) queries.Chat {
+func (h *fixture) chat(id uuid.UUID) queries.Chat {
 	c, err := queries.New(h.pool).ChatGet(h.ctx, id)
 	require.NoError(h.t, err)
 	return c
@@ -242,6 +242,6 @@ func wire(t *testing.T, evs []streamloop.Event) []string {
 	return out
 }
 
-func (h *harness) listVisible(id uuid.UUID) ([]queries.ChatMessage, error) {
+func (h *fixture) listVisible(id uuid.UUID) ([]queries.ChatMessage, error) {
 	return queries.New(h.pool).ChatMessageListVisible(h.ctx, id)
 }

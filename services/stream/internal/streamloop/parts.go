@@ -1,0 +1,74 @@
+package streamloop
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// LivePart is one streaming message part handed to the loop's Part
+// operation by the relay forwarder.
+type LivePart struct {
+	HistoryVersion    int64
+	GenerationAttempt int64
+	Seq               int64
+	Role              string
+	// Data is the part as the worker buffered it (JSON text).
+	Data string
+	// JSON, when set, is Data as the part to emit, already checked (the
+	// replica's part hub checks each part once for every loop): valid JSON,
+	// or Data as a JSON string. Part uses it as is and never modifies it.
+	JSON json.RawMessage
+	// Frames, when set, is shared by every loop that applies this part: the
+	// loop hands it on with the part's event (Event.Frames), and the
+	// connections cache the part's encoded event there.
+	Frames *Frames
+	// Message, when set, is the part's message_part payload, built once
+	// for every loop that emits it (Prepared); it is never modified.
+	Message *MessagePart
+}
+
+// Prepared is p with JSON, Message and Frames filled in: a part thousands
+// of loops apply is then checked, built and encoded once, and emitting it
+// allocates nothing per loop.
+func (p LivePart) Prepared() LivePart {
+	if p.JSON == nil {
+		p.JSON = PartJSON(p.Data) // the Part operation's rule, applied once
+	}
+	if p.Message == nil {
+		p.Message = &MessagePart{Role: p.Role, Part: p.JSON, HistoryVersion: p.HistoryVersion,
+			GenerationAttempt: p.GenerationAttempt, Seq: p.Seq}
+	}
+	if p.Frames == nil {
+		p.Frames = new(Frames)
+	}
+	return p
+}
+
+// PartJSON is a part's Data as the part to emit: the JSON text itself when
+// it is valid, else Data as a JSON string (the stream keeps going).
+func PartJSON(data string) json.RawMessage {
+	part := json.RawMessage(data)
+	if json.Valid(part) {
+		return part
+	}
+	b, _ := json.Marshal(data)
+	return b
+}
+
+// ErrPartGap is the invariant violation of a part of the current episode
+// whose seq is not the next one: the relay must deliver contiguously.
+var ErrPartGap = errors.New("message part sequence gap")
+
+// Parts is the hook to the relay forwarder (live message_part events). Sync
+// configures it with the current episode (spec step 9); the forwarder feeds
+// the parts it receives to the loop's Part operation through its owner.
+type Parts interface {
+	Configure(ctx context.Context, ep Episode)
+}
+
+// NoParts is the Parts source used until the relay forwarder exists.
+type NoParts struct{}
+
+// Configure does nothing.
+func (NoParts) Configure(context.Context, Episode) {}
