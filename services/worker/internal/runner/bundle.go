@@ -128,7 +128,7 @@ func (r *runner) modelFromStepReads(ctx context.Context, tx *chatstate.Tx, p *pl
 		return
 	}
 	chat := tx.Chat()
-	models, servers, ok := modelconfig.NewReader(tx.Queries()).WithChatStepReads(r.spec.StepReads, chat)
+	models, servers, ok := r.models.ReaderOn(tx.Queries()).WithChatStepReads(r.spec.StepReads, chat)
 	if !ok {
 		return
 	}
