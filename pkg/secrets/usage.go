@@ -63,8 +63,12 @@ func CheckKeys(ctx context.Context, q *queries.Queries, k *Keyring) error {
 		return fmt.Errorf("%s is not set, but %s of stored credentials are encrypted, under %s: set %s to the keys that encrypted them (or run `chatd secrets decrypt` with them first)",
 			EnvKeys, plural(total, "row"), strings.Join(parts, ", "), EnvKeys)
 	}
-	return fmt.Errorf("%s does not hold %s, which %s of stored credentials still need: add it back to %s (after the first key, so it only decrypts), run `chatd secrets rotate`, and remove it once `chatd secrets status` shows no row under it",
-		EnvKeys, strings.Join(parts, ", "), plural(total, "row"), EnvKeys)
+	need := "still need"
+	if total == 1 {
+		need = "still needs"
+	}
+	return fmt.Errorf("%s does not hold %s, which %s of stored credentials %s: add it back to %s (after the first key, so it only decrypts), run `chatd secrets rotate`, and remove it once `chatd secrets status` shows no row under it",
+		EnvKeys, strings.Join(parts, ", "), plural(total, "row"), need, EnvKeys)
 }
 
 func plural(n int64, noun string) string {

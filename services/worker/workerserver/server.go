@@ -218,7 +218,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	defer pool.Close()
 	// Stored credentials under a key this worker lacks would fail every
 	// model call and MCP connection that needs them: refuse to start.
-	if err := secrets.CheckKeys(ctx, queries.New(pool), cfg.Secrets); err != nil {
+	if err := secrets.CheckKeys(base, queries.New(pool), cfg.Secrets); err != nil {
 		return err
 	}
 	heartbeatPool, err := dbpool.New(base, cfg.DatabaseURL, cfg.DB, dbpool.Options{

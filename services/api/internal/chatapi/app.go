@@ -86,8 +86,9 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 	}
 	defer pool.Close()
 	// Stored credentials under a key the api lacks would fail every title
-	// generation that needs them: refuse to start.
-	if err := secrets.CheckKeys(ctx, queries.New(pool), cfg.Secrets); err != nil {
+	// generation that needs them: refuse to start. One short read, made
+	// even when a stop came meanwhile (then the service stops as usual).
+	if err := secrets.CheckKeys(context.WithoutCancel(ctx), queries.New(pool), cfg.Secrets); err != nil {
 		return err
 	}
 	nc, err := notify.Connect(cfg.NATSURL, "chatd-api")
