@@ -59,13 +59,13 @@ func CheckKeys(ctx context.Context, q *queries.Queries, k *Keyring) error {
 		parts[i] = fmt.Sprintf("key %s (%s)", d, plural(missing[d], "row"))
 		total += missing[d]
 	}
-	if !k.Enabled() {
-		return fmt.Errorf("%s is not set, but %s of stored credentials are encrypted, under %s: set %s to the keys that encrypted them (or run `chatd secrets decrypt` with them first)",
-			EnvKeys, plural(total, "row"), strings.Join(parts, ", "), EnvKeys)
-	}
-	need := "still need"
+	are, need := "are", "still need"
 	if total == 1 {
-		need = "still needs"
+		are, need = "is", "still needs"
+	}
+	if !k.Enabled() {
+		return fmt.Errorf("%s is not set, but %s of stored credentials %s encrypted, under %s: set %s to the keys that encrypted them (or run `chatd secrets decrypt` with them first)",
+			EnvKeys, plural(total, "row"), are, strings.Join(parts, ", "), EnvKeys)
 	}
 	return fmt.Errorf("%s does not hold %s, which %s of stored credentials %s: add it back to %s (after the first key, so it only decrypts), run `chatd secrets rotate`, and remove it once `chatd secrets status` shows no row under it",
 		EnvKeys, strings.Join(parts, ", "), plural(total, "row"), need, EnvKeys)
