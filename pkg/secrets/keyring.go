@@ -101,15 +101,11 @@ func ParseKeys(raw string) (*Keyring, error) {
 	if keys, err := decodeKeys(raw); err == nil {
 		return NewKeyring(keys...)
 	}
-	// Not keys: a path. Only a value that looks like one is quoted back,
-	// so a mistyped key never reaches a log.
-	looksLikePath := strings.HasPrefix(raw, "/") || strings.HasPrefix(raw, ".") || !strings.ContainsAny(raw, "+=")
+	// Not keys: a path. The value is never quoted back (it may be a
+	// mistyped key), nor is it in the reason.
 	body, err := os.ReadFile(raw)
 	if err != nil {
-		if !looksLikePath {
-			return nil, errors.New("neither base64 keys of 32 bytes (generate one with: openssl rand -base64 32) nor a file that can be read")
-		}
-		return nil, fmt.Errorf("neither base64 keys of 32 bytes nor a file that can be read (%s)", pathError(err))
+		return nil, fmt.Errorf("neither base64 keys of 32 bytes (generate one with: chatd secrets generate-key) nor a file that can be read (%s)", pathError(err))
 	}
 	var lines []string
 	for line := range strings.Lines(string(body)) {
