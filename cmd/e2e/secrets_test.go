@@ -30,6 +30,7 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/secrets"
+	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
@@ -279,6 +280,21 @@ func TestSecretsRotationUnderLoad(t *testing.T) {
 	require.Contains(t, lastErr, strayKeys.Primary())
 	require.Contains(t, lastErr, secrets.EnvKeys)
 	require.Equal(t, int64(0), refused.Load(), "no call went out without the key")
+
+	// A worker whose keys miss one that rows need refuses to start, and so
+	// does one with no keys at all; neither prints a key.
+	workerBin := servicetest.Build(t, filepath.Join(stacktest.RepoRoot(t), "services/worker"))
+	for keys, want := range map[string]string{
+		newKey: "CHATD_SECRETS_KEYS does not hold key " + strayKeys.Primary() + " (1 row), which 1 row of stored credentials still needs",
+		"":     "CHATD_SECRETS_KEYS is not set, but 42 rows of stored credentials are encrypted",
+	} {
+		addr := servicetest.FreeAddr(t)
+		code, _, stderr := servicetest.Exec(t, workerBin, servicetest.Env("CHATD_DATABASE_URL="+s.DatabaseURL, "CHATD_NATS_URL="+s.NATSURL,
+			"CHATD_GRPC_ADDR="+addr, "CHATD_ADVERTISE_ADDR="+addr, secrets.EnvKeys+"="+keys))
+		require.Equal(t, service.ExitFailed, code, stderr)
+		require.Contains(t, stderr, want)
+		require.NotContains(t, stderr, newKey)
+	}
 
 	// No key, credential or ciphertext in any log.
 	logs := s.Stderr()
