@@ -10,6 +10,10 @@
 // row, column or header does not decrypt. A value without the ciphertext
 // prefix is a credential stored before encryption was turned on; it is
 // read as it is until rotated.
+//
+// A credential column added later needs three things here: a Field
+// constructor (its additional data), its rows in the SecretsKeyUsage query
+// (status and the startup check) and a pass in Rotate and Decrypt.
 package secrets
 
 import (
