@@ -42,7 +42,7 @@ type command struct {
 
 // commands lists every subcommand in the order usage shows them.
 func commands() []*command {
-	return []*command{migrateCommand(), devCommand(), tokenCommand(), chatCommand(), benchCommand()}
+	return []*command{migrateCommand(), devCommand(), tokenCommand(), secretsCommand(), chatCommand(), benchCommand()}
 }
 
 func main() {

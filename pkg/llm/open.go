@@ -33,10 +33,16 @@ func Register(t modelconfig.ProviderType, f Factory) {
 // implementation must be registered: import
 // github.com/chatd/chatd/pkg/llm/providers for its side effect. Open does not
 // look at the Enabled flags: whether a disabled provider or config may still
-// be used is the caller's decision. Open does no I/O.
+// be used is the caller's decision. A provider whose stored API key could
+// not be decrypted fails with Provider.CredentialErr. Open does no I/O.
 func Open(provider modelconfig.Provider, cfg modelconfig.ModelConfig) (Model, error) {
 	if !provider.Type.Valid() {
 		return nil, fmt.Errorf("llm: unknown provider type %q", provider.Type)
+	}
+	// Never call a provider without its key, nor with a ciphertext: the
+	// error names the missing key's digest and CHATD_SECRETS_KEYS.
+	if err := provider.CredentialErr(); err != nil {
+		return nil, err
 	}
 	if provider.ID != uuid.Nil && cfg.ProviderID != uuid.Nil && provider.ID != cfg.ProviderID {
 		return nil, fmt.Errorf("llm: model config %s belongs to provider %s, not %s", cfg.ID, cfg.ProviderID, provider.ID)

@@ -62,5 +62,5 @@ func (r Reader) WithChatStepReads(c *ChatStepReads, chat queries.Chat) (_ Reader
 	}
 	s := c.s
 	s.configID, s.userID, s.orgID, s.use = *chat.LastModelConfigID, chat.OwnerID, chat.OrganizationID, c.use
-	return Reader{q: r.q, step: &s}, c.servers, true
+	return Reader{q: r.q, step: &s, keys: r.keys}, c.servers, true
 }

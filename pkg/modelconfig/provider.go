@@ -16,6 +16,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/outbound"
+	"github.com/chatd/chatd/pkg/secrets"
 )
 
 // ProviderType is a provider's wire protocol family.
@@ -91,15 +92,26 @@ type Provider struct {
 	DisplayName string
 	// BaseURL is the provider's endpoint; empty for the type's default.
 	BaseURL string
-	// APIKey is write-only through the API.
+	// APIKey is write-only through the API. It is the decrypted key; when
+	// the stored key cannot be decrypted it is empty and credentialErr says
+	// why.
 	APIKey    Secret
 	Enabled   bool
 	CreatedAt time.Time
 	UpdatedAt time.Time
+
+	credentialErr error
 }
 
-// HasAPIKey reports whether an API key is stored.
-func (p Provider) HasAPIKey() bool { return p.APIKey != "" }
+// HasAPIKey reports whether an API key is stored (even one this process
+// cannot decrypt).
+func (p Provider) HasAPIKey() bool { return p.APIKey != "" || p.credentialErr != nil }
+
+// CredentialErr says why the stored API key cannot be used: it is
+// encrypted with a key CHATD_SECRETS_KEYS does not hold, or it does not
+// decrypt. Its text names the key digest and the setting, never the key.
+// Opening a model of the provider fails with it.
+func (p Provider) CredentialErr() error { return p.credentialErr }
 
 // String implements fmt.Stringer without the API key (and without a
 // password embedded in the base URL).
@@ -156,7 +168,7 @@ func (p Provider) Descriptor() Descriptor {
 		d.UnavailableReason = fmt.Sprintf("provider type %q is not supported", p.Type)
 	case !p.Enabled:
 		d.UnavailableReason = "the provider is disabled"
-	case p.Type.needsAPIKey() && p.APIKey == "":
+	case p.Type.needsAPIKey() && !p.HasAPIKey():
 		d.UnavailableReason = "no API key is configured"
 	case p.Type == ProviderOpenAICompat && p.BaseURL == "":
 		d.UnavailableReason = "no base URL is configured"
@@ -166,12 +178,24 @@ func (p Provider) Descriptor() Descriptor {
 	return d
 }
 
-func providerFromRow(r queries.ChatProvider) Provider {
-	return Provider{
+// providerFromRow is row with its API key decrypted by keys (nil: no
+// keys, so an encrypted key is unusable).
+func providerFromRow(r queries.ChatProvider, keys *secrets.Keyring) Provider {
+	p := Provider{
 		ID: r.ID, Type: ProviderType(r.ProviderType), DisplayName: r.DisplayName, BaseURL: r.BaseUrl,
-		APIKey: Secret(r.ApiKey), Enabled: r.Enabled, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		Enabled: r.Enabled, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
+	key, err := keys.Open(r.ApiKey, secrets.ProviderAPIKey(r.ID))
+	if err != nil {
+		p.credentialErr = fmt.Errorf("the API key of provider %s cannot be used: %w", r.ID, err)
+		return p
+	}
+	p.APIKey = Secret(key)
+	return p
 }
+
+// provider is providerFromRow with the reader's keys.
+func (r Reader) provider(row queries.ChatProvider) Provider { return providerFromRow(row, r.keys) }
 
 // ProviderCreate is the input of CreateProvider.
 type ProviderCreate struct {
@@ -221,14 +245,19 @@ func (s *Store) CreateProvider(ctx context.Context, in ProviderCreate) (Provider
 	if in.Enabled != nil {
 		enabled = *in.Enabled
 	}
+	id := uuid.New()
+	key, err := s.keys.Seal(in.APIKey.Reveal(), secrets.ProviderAPIKey(id))
+	if err != nil {
+		return Provider{}, err
+	}
 	row, err := queries.New(s.pool).ChatProviderInsert(ctx, queries.ChatProviderInsertParams{
-		ID: uuid.New(), ProviderType: string(in.Type), DisplayName: in.DisplayName,
-		BaseUrl: in.BaseURL, ApiKey: in.APIKey.Reveal(), Enabled: enabled,
+		ID: id, ProviderType: string(in.Type), DisplayName: in.DisplayName,
+		BaseUrl: in.BaseURL, ApiKey: key, Enabled: enabled,
 	})
 	if err != nil {
 		return Provider{}, fmt.Errorf("error inserting provider: %w", err)
 	}
-	return providerFromRow(row), nil
+	return providerFromRow(row, s.keys), nil
 }
 
 // GetProvider returns provider id.
@@ -245,7 +274,7 @@ func (r Reader) GetProvider(ctx context.Context, id uuid.UUID) (Provider, error)
 	if err != nil {
 		return Provider{}, fmt.Errorf("error getting provider %s: %w", id, err)
 	}
-	return providerFromRow(row), nil
+	return r.provider(row), nil
 }
 
 // ListProviders lists every provider, oldest first.
@@ -256,7 +285,7 @@ func (s *Store) ListProviders(ctx context.Context) ([]Provider, error) {
 	}
 	out := make([]Provider, len(rows))
 	for i, r := range rows {
-		out[i] = providerFromRow(r)
+		out[i] = providerFromRow(r, s.keys)
 	}
 	return out, nil
 }
@@ -300,7 +329,9 @@ func (s *Store) UpdateProvider(ctx context.Context, id uuid.UUID, upd ProviderUp
 			p.BaseUrl = *upd.BaseURL
 		}
 		if upd.APIKey != nil {
-			p.ApiKey = upd.APIKey.Reveal()
+			if p.ApiKey, err = s.keys.Seal(upd.APIKey.Reveal(), secrets.ProviderAPIKey(id)); err != nil {
+				return err
+			}
 		}
 		if upd.Enabled != nil {
 			p.Enabled = *upd.Enabled
@@ -312,7 +343,7 @@ func (s *Store) UpdateProvider(ctx context.Context, id uuid.UUID, upd ProviderUp
 		if err != nil {
 			return fmt.Errorf("error updating provider %s: %w", id, err)
 		}
-		out = providerFromRow(row)
+		out = providerFromRow(row, s.keys)
 		return nil
 	})
 	return out, err

@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/secrets"
 )
 
 // Reader resolves model configuration through one query handle: a
@@ -17,14 +18,21 @@ import (
 type Reader struct {
 	q    *queries.Queries
 	step *stepReads // WithStepReads; nil queries everything
+	keys *secrets.Keyring
 }
 
-// NewReader returns a Reader over q.
+// NewReader returns a Reader over q that decrypts no API key: a provider
+// whose key is encrypted reads as unusable (Provider.CredentialErr). Code
+// that opens models uses Store.ReaderOn.
 func NewReader(q *queries.Queries) Reader { return Reader{q: q} }
 
 // Reader returns a Reader over the store's pool, for use outside any
 // transaction.
-func (s *Store) Reader() Reader { return Reader{q: queries.New(s.pool)} }
+func (s *Store) Reader() Reader { return Reader{q: queries.New(s.pool), keys: s.keys} }
+
+// ReaderOn returns a Reader over q (a bundle's transaction) that decrypts
+// API keys with the store's keys.
+func (s *Store) ReaderOn(q *queries.Queries) Reader { return Reader{q: q, keys: s.keys} }
 
 // stepReads are the first reads of a step's model resolution, made in one
 // round trip (Reader.WithStepReads).
@@ -64,7 +72,7 @@ func (r Reader) WithStepReads(ctx context.Context, configID, userID, orgID uuid.
 	if err != nil {
 		return r, fmt.Errorf("error reading the model configuration for a step: %w", err)
 	}
-	return Reader{q: r.q, step: s}, nil
+	return Reader{q: r.q, step: s, keys: r.keys}, nil
 }
 
 // configWithProvider is ChatModelConfigGetWithProvider, from the step's

@@ -51,7 +51,7 @@ func (r Reader) ResolveWithProvider(ctx context.Context, orgID uuid.UUID, reques
 		if !row.ProviderEnabled {
 			return ModelConfig{}, Provider{}, invalid("the provider of model config %s (%s) is disabled", c.ID, c.Model)
 		}
-		return configFromRow(c), providerFromRow(row.ChatProvider), nil
+		return configFromRow(c), r.provider(row.ChatProvider), nil
 	}
 
 	row, err := q.ChatModelConfigGetDefault(ctx, orgID)
@@ -68,5 +68,5 @@ func (r Reader) ResolveWithProvider(ctx context.Context, orgID uuid.UUID, reques
 	if !row.ProviderEnabled {
 		return ModelConfig{}, Provider{}, fmt.Errorf("%w: the provider of default model config %s (%s) is disabled", ErrNoDefaultModelConfig, c.ID, c.Model)
 	}
-	return configFromRow(c), providerFromRow(row.ChatProvider), nil
+	return configFromRow(c), r.provider(row.ChatProvider), nil
 }

@@ -18,16 +18,32 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/pkg/secrets"
 )
 
 // Store reads and writes providers and model configs.
 type Store struct {
 	pool *pgxpool.Pool
+	keys *secrets.Keyring
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithKeys encrypts the API keys the store writes and decrypts those it
+// reads with keys (CHATD_SECRETS_KEYS). Without it, keys are written as
+// they are and an encrypted key reads as unusable (Provider.CredentialErr).
+func WithKeys(keys *secrets.Keyring) Option {
+	return func(s *Store) { s.keys = keys }
 }
 
 // New returns a Store over pool.
-func New(pool *pgxpool.Pool) *Store {
-	return &Store{pool: pool}
+func New(pool *pgxpool.Pool, opts ...Option) *Store {
+	s := &Store{pool: pool}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
 }
 
 // inTx runs fn in a ReadCommitted transaction and commits when it returns nil.

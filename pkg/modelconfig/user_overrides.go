@@ -71,7 +71,7 @@ func checkUsable(ctx context.Context, q *queries.Queries, org, id uuid.UUID) err
 	if err != nil {
 		return fmt.Errorf("error getting provider %s: %w", c.ProviderID, err)
 	}
-	if d := providerFromRow(prow).Descriptor(); !d.Available {
+	if d := providerFromRow(prow, nil).Descriptor(); !d.Available {
 		return invalid("model_config_id: the provider of model config %s (%s) cannot serve requests: %s", c.ID, c.Model, d.UnavailableReason)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/outbound"
+	"github.com/chatd/chatd/pkg/secrets"
 )
 
 // Default values of the common settings.
@@ -37,6 +38,9 @@ type Common struct {
 	// MetricsAddr is where a separate HTTP listener serves /metrics
 	// (CHATD_METRICS_ADDR); only read by services that call DeclareMetrics.
 	MetricsAddr string
+	// Secrets encrypts and decrypts the stored credentials
+	// (CHATD_SECRETS_KEYS); only read by services that call DeclareSecrets.
+	Secrets *secrets.Keyring
 	// Embedded, set only by a process hosting several services (chatd dev),
 	// replaces the network edges; it is not a setting.
 	Embedded Embedded
@@ -93,6 +97,21 @@ func (c *Common) RequireDatabase(v *Vars, err error) {
 func (c *Common) DeclareMetrics(v *Vars, def string) {
 	v.Addr(&c.MetricsAddr, "CHATD_METRICS_ADDR", def,
 		"host:port a separate HTTP listener serves Prometheus metrics (/metrics) and /healthz on; empty means no separate listener (services with CHATD_HTTP_ADDR serve /metrics there).", true)
+}
+
+// DeclareSecrets adds CHATD_SECRETS_KEYS to v, for the services that read
+// or write stored credentials (api, worker).
+func (c *Common) DeclareSecrets(v *Vars) {
+	v.SecretVar(secrets.EnvKeys,
+		"Keys that encrypt stored credentials (providers' API keys, MCP servers' tokens and headers) with AES-256-GCM: base64 keys of 32 bytes separated by commas (the first encrypts, every one decrypts), or the path of a file holding them one a line. Unset: credentials are stored as they are.",
+		func(raw string) error {
+			k, err := secrets.ParseKeys(raw)
+			if err != nil {
+				return err
+			}
+			c.Secrets = k
+			return nil
+		})
 }
 
 // Base returns c; through embedding it gives every service config access to

@@ -20,13 +20,15 @@ import (
 	"time"
 
 	"github.com/chatd/chatd/pkg/db/migrate"
+	"github.com/chatd/chatd/pkg/secrets"
 	"github.com/chatd/chatd/pkg/service"
 )
 
 // Config is what `chatd dev` is told; zero values are the defaults.
 type Config struct {
-	// DataDir keeps the Postgres cluster, the auth secret, the dev identity
-	// and the dev token between runs. Default ".chatd".
+	// DataDir keeps the Postgres cluster, the auth secret, the key that
+	// encrypts stored credentials (unless CHATD_SECRETS_KEYS is set), the
+	// dev identity and the dev token between runs. Default ".chatd".
 	DataDir string
 	// DatabaseURL, when set, is used instead of a cluster under DataDir.
 	DatabaseURL string
@@ -93,7 +95,11 @@ func Run(ctx context.Context, cfg Config, ready func(Ready)) (err error) {
 	if err != nil {
 		return err
 	}
-	providers, err := configureProviders(ctx, dbURL, id, cfg.Getenv)
+	keys, keysSetting, err := loadSecretsKeys(cfg.DataDir, cfg.Getenv)
+	if err != nil {
+		return err
+	}
+	providers, err := configureProviders(ctx, dbURL, id, cfg.Getenv, keys)
 	if err != nil {
 		return err
 	}
@@ -107,6 +113,7 @@ func Run(ctx context.Context, cfg Config, ready func(Ready)) (err error) {
 		"CHATD_DATABASE_URL": dbURL,
 		"CHATD_NATS_URL":     natsURL,
 		"CHATD_AUTH_SECRET":  id.Secret,
+		secrets.EnvKeys:      keysSetting,
 		// Worker and relay would both bind one address: in one process
 		// there are no separate metrics listeners.
 		"CHATD_METRICS_ADDR": "",

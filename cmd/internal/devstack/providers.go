@@ -7,6 +7,7 @@ import (
 	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/modelconfig"
+	"github.com/chatd/chatd/pkg/secrets"
 )
 
 // realProvider is a model provider the dev stack configures when its key
@@ -29,7 +30,7 @@ var realProviders = []realProvider{
 // provider whose key (or, for OpenAI, base URL) is set, a provider and a
 // model config that becomes the organization's default. It returns the
 // configured providers' names.
-func configureProviders(ctx context.Context, dbURL string, id identity, getenv func(string) string) ([]string, error) {
+func configureProviders(ctx context.Context, dbURL string, id identity, getenv func(string) string, keys *secrets.Keyring) ([]string, error) {
 	// A one-off setup: the services' bounds, two connections.
 	pool, err := dbpool.New(ctx, dbURL, dbpool.Settings{}, dbpool.Options{MaxConns: 2, ApplicationName: "chatd-dev"})
 	if err != nil {
@@ -46,7 +47,7 @@ func configureProviders(ctx context.Context, dbURL string, id identity, getenv f
 	if err := q.OrganizationMemberEnsure(ctx, queries.OrganizationMemberEnsureParams{OrganizationID: id.OrganizationID, UserID: id.UserID}); err != nil {
 		return nil, fmt.Errorf("add the dev user to its organization: %w", err)
 	}
-	store := modelconfig.New(pool)
+	store := modelconfig.New(pool, modelconfig.WithKeys(keys))
 	existing, err := store.ListProviders(ctx)
 	if err != nil {
 		return nil, err

@@ -53,6 +53,7 @@ type Config struct {
 func (c *Config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7001")
 	c.Hooks.Declare(v)
+	c.DeclareSecrets(v)
 	v.Addr(&c.HTTPAddr, "CHATD_HTTP_ADDR", ":8080",
 		"host:port the REST facade (/api/v2) and /healthz listen on.", false)
 	v.Secret(&c.AuthSecret, auth.EnvSecret, auth.MinSecretLen,
@@ -142,6 +143,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		ShutdownTimeout:       cfg.ShutdownTimeout,
 		Log:                   log,
 		CORS:                  cfg.CORS,
+		Secrets:               cfg.Secrets,
 	})
 }
 

@@ -13,10 +13,12 @@ import (
 
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/dbpool"
+	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/partsrpc"
+	"github.com/chatd/chatd/pkg/secrets"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/services/worker/internal/acquire"
@@ -99,6 +101,7 @@ func (c *Config) Declare(v *service.Vars) {
 	c.DeclareCommon(v, ":7002")
 	c.DeclareMetrics(v, "")
 	c.Hooks.Declare(v)
+	c.DeclareSecrets(v)
 	v.Addr(&c.AdvertiseAddr, "CHATD_ADVERTISE_ADDR", "",
 		"host:port other services dial for this worker's PartsService; empty derives it from CHATD_GRPC_ADDR (an empty host becomes the hostname).", true)
 	v.Int(&c.LeaseSeconds, "CHATD_LEASE_SECONDS", defaultLeaseSeconds, minLeaseSeconds,
@@ -213,6 +216,11 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	defer pool.Close()
+	// Stored credentials under a key this worker lacks would fail every
+	// model call and MCP connection that needs them: refuse to start.
+	if err := secrets.CheckKeys(base, queries.New(pool), cfg.Secrets); err != nil {
+		return err
+	}
 	heartbeatPool, err := dbpool.New(base, cfg.DatabaseURL, cfg.DB, dbpool.Options{
 		MaxConns: heartbeatConns, MinConns: heartbeatConns, ApplicationName: "chatd-worker-heartbeat",
 		Tracer: cfg.Embedded.DBTracer, MeterProvider: tel.MeterProvider,
@@ -238,13 +246,13 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	defer parts.Close()
 
 	// MCP sessions are cached per worker and closed when it stops.
-	mcpTools := mcptools.New(pool, mcptools.Options{Log: log})
+	mcpTools := mcptools.New(pool, mcptools.Options{Log: log, Keys: cfg.Secrets})
 	defer mcpTools.Close()
 
 	var loop *acquire.Loop
 	mgr := manager.New(pool, runner.Deps{
-		Pool: pool, Machine: machine, NATS: nc, Parts: parts, Clock: clock, Log: log,
-		ToolProviders:   append(agentTools(pool, machine, nc, clock, log, dispatcher), mcpTools),
+		Pool: pool, Machine: machine, NATS: nc, Parts: parts, Clock: clock, Log: log, Secrets: cfg.Secrets,
+		ToolProviders:   append(agentTools(pool, machine, nc, clock, log, dispatcher, cfg.Secrets), mcpTools),
 		ToolHooks:       hookadapter.Tools{D: dispatcher},
 		CompactionHooks: hookadapter.Compaction{D: dispatcher},
 		StopHooks:       hookadapter.Stop{D: dispatcher},

@@ -21,6 +21,7 @@ import (
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/pkg/secrets"
 	"github.com/chatd/chatd/pkg/service"
 )
 
@@ -53,6 +54,8 @@ type AppConfig struct {
 	Hooks *hooks.Dispatcher
 	// MetricsHandler, when set, serves GET /metrics on the HTTP listener.
 	MetricsHandler http.Handler
+	// Secrets encrypts and decrypts stored credentials (CHATD_SECRETS_KEYS).
+	Secrets *secrets.Keyring
 }
 
 // DefaultDBMaxConns is the api's pool size unless CHATD_DB_MAX_CONNS or the
@@ -82,6 +85,12 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 		return err
 	}
 	defer pool.Close()
+	// Stored credentials under a key the api lacks would fail every title
+	// generation that needs them: refuse to start. One short read, made
+	// even when a stop came meanwhile (then the service stops as usual).
+	if err := secrets.CheckKeys(context.WithoutCancel(ctx), queries.New(pool), cfg.Secrets); err != nil {
+		return err
+	}
 	nc, err := notify.Connect(cfg.NATSURL, "chatd-api")
 	if err != nil {
 		return err
@@ -92,7 +101,7 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 		RequiresActionTimeout: cfg.RequiresActionTimeout,
 		AfterCommit:           notify.NewPublisher(nc, log).AfterCommit,
 	})
-	srv := New(cfg.Config, Deps{Pool: pool, Machine: machine, Models: modelconfig.New(pool), Log: log, TitleHooks: cfg.TitleHooks, Hooks: cfg.Hooks})
+	srv := New(cfg.Config, Deps{Pool: pool, Machine: machine, Models: modelconfig.New(pool, modelconfig.WithKeys(cfg.Secrets)), Secrets: cfg.Secrets, Log: log, TitleHooks: cfg.TitleHooks, Hooks: cfg.Hooks})
 	// Background title generation stops before the pool closes.
 	defer srv.Close()
 	maxBody := int64(srv.cfg.MaxMessageBytes)*2 + 64<<10 // JSON escaping and the other fields

@@ -19,6 +19,7 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/outbound"
+	"github.com/chatd/chatd/pkg/secrets"
 )
 
 // MCP servers: organization-scoped configuration for deployment admins (the
@@ -139,6 +140,12 @@ func (m *MCPServers) CreateMcpServer(ctx context.Context, req *chatdv1.CreateMcp
 	if p.BearerToken, err = validBearerToken(req.GetBearerToken()); err != nil {
 		return nil, err
 	}
+	if p.Headers, err = m.s.secrets.SealHeaders(p.Headers, p.ID); err != nil {
+		return nil, err
+	}
+	if p.BearerToken, err = m.s.secrets.Seal(p.BearerToken, secrets.MCPBearerToken(p.ID)); err != nil {
+		return nil, err
+	}
 	row, err := m.s.q.MCPServerInsert(ctx, p)
 	if err != nil {
 		return nil, m.mcpWriteError(ctx, err, p.Name)
@@ -179,10 +186,16 @@ func (m *MCPServers) UpdateMcpServer(ctx context.Context, req *chatdv1.UpdateMcp
 		if p.Headers, err = validMCPHeaders(req.Headers); err != nil {
 			return nil, err
 		}
+		if p.Headers, err = m.s.secrets.SealHeaders(p.Headers, id); err != nil {
+			return nil, err
+		}
 	}
 	if req.BearerToken != nil {
 		t, err := validBearerToken(*req.BearerToken)
 		if err != nil {
+			return nil, err
+		}
+		if t, err = m.s.secrets.Seal(t, secrets.MCPBearerToken(id)); err != nil {
 			return nil, err
 		}
 		p.BearerToken = &t

@@ -21,6 +21,7 @@ import (
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/modelconfig"
+	"github.com/chatd/chatd/pkg/secrets"
 )
 
 // Config holds the API's limits.
@@ -70,6 +71,7 @@ type Server struct {
 	q       *queries.Queries
 	machine *chatstate.Machine
 	models  *modelconfig.Store
+	secrets *secrets.Keyring
 	log     *slog.Logger
 	newID   func() uuid.UUID
 	now     func() time.Time
@@ -98,6 +100,10 @@ type Deps struct {
 	// Hooks dispatches lifecycle hooks (user_prompt_submit at admission);
 	// nil dispatches nothing.
 	Hooks *hooks.Dispatcher
+	// Secrets encrypts the MCP servers' credentials the api stores
+	// (CHATD_SECRETS_KEYS); nil stores them as they are. Models encrypts
+	// the providers' keys with its own (modelconfig.WithKeys).
+	Secrets *secrets.Keyring
 }
 
 // New returns a Server.
@@ -127,7 +133,7 @@ func New(cfg Config, d Deps) *Server {
 		d.Now = time.Now
 	}
 	return &Server{
-		cfg: cfg, pool: d.Pool, q: queries.New(d.Pool), machine: d.Machine, models: d.Models,
+		cfg: cfg, pool: d.Pool, q: queries.New(d.Pool), machine: d.Machine, models: d.Models, secrets: d.Secrets,
 		log: d.Log, newID: d.NewID, now: d.Now,
 		titles: titleWork{hooks: d.TitleHooks, max: cfg.MaxTitleGenerations},
 		limit:  NewRateLimiter(cfg.RateLimitPerSecond, cfg.RateLimitBurst, d.Now),

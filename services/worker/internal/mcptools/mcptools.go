@@ -52,6 +52,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/llm"
+	"github.com/chatd/chatd/pkg/secrets"
 	"github.com/chatd/chatd/services/worker/internal/agenttools"
 )
 
@@ -92,6 +93,9 @@ type Options struct {
 	RetryAfter time.Duration
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// Keys decrypts the servers' stored credentials (CHATD_SECRETS_KEYS);
+	// nil reads only credentials stored unencrypted.
+	Keys *secrets.Keyring
 }
 
 // Provider is the agenttools.Provider of MCP tools. It is safe for
@@ -181,6 +185,7 @@ func (p *Provider) Tools(ctx context.Context, chat queries.Chat) ([]agenttools.T
 		return nil, fmt.Errorf("list MCP servers of organization %s: %w", chat.OrganizationID, err)
 	}
 	p.evictIdle()
+	servers = p.openCredentials(servers)
 	if len(servers) == 0 {
 		return nil, nil
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/chatd/chatd/pkg/llm"
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/partbuf"
+	"github.com/chatd/chatd/pkg/secrets"
 	"github.com/chatd/chatd/services/worker/internal/agenttools"
 )
 
@@ -97,6 +98,9 @@ type Deps struct {
 	// OpenModel builds the model of a provider's model config; llm.Open
 	// when nil. Tests wrap it to count or hold model calls.
 	OpenModel func(modelconfig.Provider, modelconfig.ModelConfig) (llm.Model, error)
+	// Secrets decrypts the providers' stored API keys (CHATD_SECRETS_KEYS);
+	// nil: a provider whose key is encrypted cannot be called.
+	Secrets *secrets.Keyring
 	// Prompts keeps the parsed messages prompts are built from, shared by
 	// the worker's runners; nil parses the whole history at every step.
 	Prompts *PromptCache

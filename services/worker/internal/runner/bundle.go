@@ -128,7 +128,7 @@ func (r *runner) modelFromStepReads(ctx context.Context, tx *chatstate.Tx, p *pl
 		return
 	}
 	chat := tx.Chat()
-	models, servers, ok := modelconfig.NewReader(tx.Queries()).WithChatStepReads(r.spec.StepReads, chat)
+	models, servers, ok := r.models.ReaderOn(tx.Queries()).WithChatStepReads(r.spec.StepReads, chat)
 	if !ok {
 		return
 	}
@@ -150,7 +150,8 @@ func stepper(deps Deps, spec Spec) *runner {
 		clock = clockwork.NewRealClock()
 	}
 	deps.Clock = clock
-	return &runner{deps: deps, cfg: deps.Config.withDefaults(), spec: spec, clock: clock, log: log}
+	return &runner{deps: deps, cfg: deps.Config.withDefaults(), spec: spec, clock: clock, log: log,
+		models: modelconfig.New(deps.Pool, modelconfig.WithKeys(deps.Secrets))}
 }
 
 // firstStep hands Spec.First to the first generation goroutine, once.

@@ -168,7 +168,7 @@ func (r *runner) planCompaction(ctx context.Context, tx *chatstate.Tx, msgs []qu
 // precedes opens that model without reading the config again.
 func (r *runner) compactionTriggers(ctx context.Context, tx *chatstate.Tx, p *plan) (compaction.Triggers, *modelconfig.ResolvedOverride, error) {
 	var in compaction.Inputs
-	chat, models := tx.Chat(), modelconfig.NewReader(tx.Queries())
+	chat, models := tx.Chat(), r.models.ReaderOn(tx.Queries())
 	if prefetched, servers, ok := models.WithChatStepReads(r.spec.StepReads, chat); ok {
 		// Read with the Acquire bundle's lock (FirstStepReads).
 		models, p.mcpServers = prefetched, &servers

@@ -107,7 +107,7 @@ func newRunner(deps Deps, spec Spec) Runner {
 		log:    log.With(telemetry.ChatAttr(spec.ChatID), telemetry.RunnerAttr(spec.RunnerID)),
 		stages: stages,
 		turns:  newTurnSpans(stages, spec.ChatID, spec.TakenOver),
-		models: modelconfig.New(deps.Pool),
+		models: modelconfig.New(deps.Pool, modelconfig.WithKeys(deps.Secrets)),
 		locks:  newKeyedLocks(),
 		wake:   make(chan struct{}, 1),
 	}
