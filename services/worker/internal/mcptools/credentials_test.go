@@ -58,7 +58,7 @@ func (b *syncBuffer) String() string {
 // does not decrypt.
 func TestEncryptedServerCredentials(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := setup(t)
 	srv := newMCPServer(t)
 	key, err := secrets.GenerateKey()
 	require.NoError(t, err)
