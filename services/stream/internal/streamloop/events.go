@@ -14,7 +14,7 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 )
 
-// Event types (DESIGN.md "REST facade").
+// Event types (docs/api.md "The stream").
 const (
 	TypeMessagePart    = "message_part"
 	TypePreviewReset   = "preview_reset"
