@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
@@ -30,8 +31,9 @@ type Config struct {
 	// MaxQueuedMessages bounds a chat's queue (409 beyond it).
 	MaxQueuedMessages int
 	// MaxAttachmentsPerChat caps the files a chat holds; linking more
-	// evicts the chat's earliest uploads (chatfiles.Link). 0 means
-	// chatfiles.DefaultMaxPerChat.
+	// evicts the chat's earliest uploads (chatfiles.Link). 0 (unset)
+	// means chatfiles.DefaultMaxPerChat; a negative cap fails every write
+	// that persists message content.
 	MaxAttachmentsPerChat int
 	// MaxAttachmentBytes bounds one upload; 0 means
 	// DefaultMaxAttachmentBytes.
@@ -113,6 +115,9 @@ func New(cfg Config, d Deps) *Server {
 	}
 	if cfg.MaxMessageFiles <= 0 {
 		cfg.MaxMessageFiles = DefaultMaxMessageFiles
+	}
+	if cfg.MaxAttachmentsPerChat == 0 {
+		cfg.MaxAttachmentsPerChat = chatfiles.DefaultMaxPerChat
 	}
 	if cfg.MaxTitleGenerations <= 0 {
 		cfg.MaxTitleGenerations = DefaultMaxTitleGenerations
