@@ -52,6 +52,14 @@ type Config struct {
 	// at once; a chat created while they are all busy keeps its fallback
 	// title. 0 means the default.
 	MaxTitleGenerations int
+	// MaxGenerationRetries is how often a background model call (a chat
+	// title) is retried after a retryable error, the worker's generation
+	// retry limit (CHATD_MAX_GENERATION_RETRIES); each call has its own
+	// budget. 0 is no retries.
+	MaxGenerationRetries int
+	// RetryBaseDelay and RetryMaxDelay are those retries' backoff: the
+	// first delay, doubling up to the most. 0 means 500 ms and 10 s.
+	RetryBaseDelay, RetryMaxDelay time.Duration
 }
 
 // Defaults for Config.
@@ -61,6 +69,9 @@ const (
 	DefaultMaxMessageParts     = 100
 	DefaultMaxMessageFiles     = 10
 	DefaultMaxTitleGenerations = 8
+	// DefaultMaxGenerationRetries is the worker's default generation
+	// retry limit, which background model calls share.
+	DefaultMaxGenerationRetries = 25
 )
 
 // Server implements chatdv1.ChatServiceServer.
@@ -121,6 +132,12 @@ func New(cfg Config, d Deps) *Server {
 	}
 	if cfg.MaxTitleGenerations <= 0 {
 		cfg.MaxTitleGenerations = DefaultMaxTitleGenerations
+	}
+	if cfg.RetryBaseDelay <= 0 {
+		cfg.RetryBaseDelay = titleBaseDelay
+	}
+	if cfg.RetryMaxDelay <= 0 {
+		cfg.RetryMaxDelay = titleMaxDelay
 	}
 	if d.Log == nil {
 		d.Log = slog.Default()
