@@ -196,6 +196,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return
 	}
+	if !claims.Allows(auth.ScopeAll) {
+		// A model-discovery token reads no chats.
+		writeError(w, http.StatusForbidden, fmt.Sprintf("this token's scope does not allow reading a chat's stream, which needs %q", auth.ScopeAll))
+		return
+	}
 	rawID := r.PathValue("chat")
 	chatID, err := uuid.Parse(rawID)
 	if err != nil {
