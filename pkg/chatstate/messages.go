@@ -289,7 +289,19 @@ func (tx *Tx) promote(ctx context.Context, q queries.ChatQueuedMessage, reason s
 		Role: RoleUser, Content: content, ModelConfigID: q.ModelConfigID,
 		ReasoningEffort: q.ReasoningEffort, CreatedBy: q.CreatedBy, TurnID: q.TurnID,
 	}, &q.ID, reason)
+	if err == nil {
+		tx.promotedQueuedAt = append(tx.promotedQueuedAt, q.CreatedAt)
+	}
 	return row, err
+}
+
+// PromotedQueuedAt returns the queued created_at of each queued message the
+// bundle promoted into history so far (spec "Promotion": a promoting
+// transition returns it, and once the bundle commits its caller records
+// the prompt's queue_wait from it). A promoted message's history row is
+// created at the promotion, so this is the only record of when it queued.
+func (tx *Tx) PromotedQueuedAt() []time.Time {
+	return slices.Clone(tx.promotedQueuedAt)
 }
 
 // promoteHead promotes the queue head.

@@ -214,15 +214,20 @@ func (s *Server) update(ctx context.Context, c auth.Claims, rawID string, fn fun
 	if err != nil {
 		return chatstate.Result{}, err
 	}
+	var promoted []time.Time
+	var chat queries.Chat
 	res, err := s.machine.Update(ctx, id, func(tx *chatstate.Tx) error {
 		if !c.Owns(tx.Chat().OwnerID, tx.Chat().OrganizationID) {
 			return errNotYours
 		}
-		return fn(tx)
+		err := fn(tx)
+		promoted, chat = tx.PromotedQueuedAt(), tx.Chat()
+		return err
 	}, opts...)
 	if err != nil {
 		return res, s.fail(ctx, err)
 	}
+	s.recordQueueWaits(ctx, chat, promoted)
 	return res, nil
 }
 

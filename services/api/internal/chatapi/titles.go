@@ -70,7 +70,8 @@ type TitleHooks struct {
 	// closing or MaxTitleGenerations are running.
 	Skipped func(chatID uuid.UUID)
 	// Stages records the generations' background stages
-	// (titles_telemetry.go); nil uses the otel global providers.
+	// (titles_telemetry.go) and the api's other stages (the queue_wait of
+	// the prompts it promotes); nil uses the otel global providers.
 	Stages *telemetry.Stages
 }
 
