@@ -111,6 +111,10 @@ func validateCompressionThreshold(n int32) error {
 	return nil
 }
 
+// ValidateOptions is the check a config's options pass when it is
+// written; its error is an ErrInvalid sentence.
+func ValidateOptions(raw json.RawMessage) error { return validateOptions(raw) }
+
 // validateOptions checks options is a JSON object; if it carries
 // provider_options, that they are options chatd honors
 // (validateProviderOptions); if it carries reasoning_effort, that it is

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/pkg/llm/fantasyprovider"
 	"github.com/chatd/chatd/pkg/modelconfig"
 )
 
@@ -187,4 +188,34 @@ func TestProviderOptionsTableCoversEveryField(t *testing.T) {
 	slices.Sort(names)
 	slices.Sort(rows)
 	require.Equal(t, names, rows)
+}
+
+// TestCheckOptions: a config's provider options that its model's transport
+// would never send are refused with a sentence saying what to do, as is
+// provider_options.openai on another provider type; the transport's own
+// fields and the shared ones pass.
+func TestCheckOptions(t *testing.T) {
+	t.Parallel()
+	for field, row := range transportParity {
+		for _, tc := range []struct {
+			model, useResponses string
+			honored             bool
+		}{
+			{"gpt-4o", "true", row[0]},
+			{"gpt-4o", "false", row[1]},
+			{"my-local-model", "null", row[1]}, // unknown to the SDK: Chat Completions
+		} {
+			options := fmt.Sprintf(`{"openai_config":{"use_responses_api":%s},"provider_options":{"openai":{%q:%s}}}`, tc.useResponses, field, wireOptions[field].value)
+			err := fantasyprovider.CheckOptions(modelconfig.ProviderOpenAI, tc.model, json.RawMessage(options))
+			if tc.honored {
+				require.NoError(t, err, options)
+				continue
+			}
+			require.ErrorContains(t, err, "options.provider_options.openai."+field+" is an option of", options)
+			require.ErrorContains(t, err, "set options.openai_config.use_responses_api to", options)
+		}
+	}
+	err := fantasyprovider.CheckOptions(modelconfig.ProviderAnthropic, "claude-sonnet-4-5", json.RawMessage(`{"provider_options":{"openai":{"user":"u"}}}`))
+	require.EqualError(t, err, "options.provider_options.openai applies to openai providers only, and this config's provider is anthropic: remove it")
+	require.NoError(t, fantasyprovider.CheckOptions(modelconfig.ProviderAnthropic, "claude-sonnet-4-5", json.RawMessage(`{"reasoning_effort":{"default":"low"}}`)))
 }
