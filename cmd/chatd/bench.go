@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chatd/chatd/cmd/internal/devstack"
 	"github.com/chatd/chatd/cmd/internal/loadgen"
 )
 
@@ -82,7 +83,9 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		}
 		var err error
 		if base, token, err = devTarget(e); err != nil {
-			return fail("%s.", err)
+			// Not a usage mistake: one sentence, no usage text.
+			fmt.Fprintf(e.stderr, "chatd bench: %s.\n", err)
+			return exitFailed
 		}
 	}
 	base = firstNonEmpty(base, e.getenv(envChatURL))
@@ -162,21 +165,39 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	return exitOK
 }
 
-// devTarget is the dev stack's URL and token, found as chatd dev writes
-// them: the address from CHATD_DEV_HTTP_ADDR (else CHATD_HTTP_ADDR, else
-// 127.0.0.1:8080) and the token from the data directory's dev-token.
+// devTarget is the dev stack's URL and token, found as chatd dev leaves
+// them in its data directory (CHATD_DEV_DATA_DIR, default .chatd): the URL
+// the running stack recorded in dev.lock and the token in dev-token. When
+// no stack runs there, or nothing answers at its URL, the error is one
+// sentence saying so and how to start it.
 func devTarget(e *env) (base, token string, err error) {
-	addr := firstNonEmpty(e.getenv("CHATD_DEV_HTTP_ADDR"), e.getenv("CHATD_HTTP_ADDR"), "127.0.0.1:8080")
 	dataDir := firstNonEmpty(e.getenv("CHATD_DEV_DATA_DIR"), ".chatd")
+	const start = "start it with `make dev` (or `go run ./cmd/chatd dev`) in this checkout, or set CHATD_DEV_DATA_DIR to the data directory of the one that runs"
+	base, err = devstack.ServingURL(dataDir)
+	switch {
+	case errors.Is(err, devstack.ErrNotRunning):
+		return "", "", fmt.Errorf("--dev: no dev stack is running with data directory %s; %s", dataDir, start)
+	case errors.Is(err, devstack.ErrStarting):
+		return "", "", fmt.Errorf("--dev: the dev stack in %s is still starting; try again once it prints its URL", dataDir)
+	case err != nil:
+		return "", "", fmt.Errorf("--dev: %w", err)
+	}
+	if u, perr := url.Parse(base); perr == nil && u.Host != "" {
+		conn, derr := net.DialTimeout("tcp", u.Host, 2*time.Second)
+		if derr != nil {
+			return "", "", fmt.Errorf("--dev: the dev stack in %s recorded %s, but nothing answers there; %s", dataDir, base, start)
+		}
+		conn.Close()
+	}
 	path := filepath.Join(dataDir, "dev-token")
 	raw, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return "", "", fmt.Errorf("--dev: no %s; start the dev stack (make dev) in this checkout first, or set CHATD_DEV_DATA_DIR", path)
+		return "", "", fmt.Errorf("--dev: the dev stack in %s wrote no %s; restart it with `make dev`", dataDir, path)
 	}
 	if err != nil {
 		return "", "", fmt.Errorf("--dev: %w", err)
 	}
-	return addr, strings.TrimSpace(string(raw)), nil
+	return base, strings.TrimSpace(string(raw)), nil
 }
 
 // requireLoopback refuses a URL whose host is not this machine's loopback

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,11 +81,13 @@ func TestBenchAgainstStack(t *testing.T) {
 	require.Equal(t, 4, failures, "the kinds add up to the failed turns: %+v", rep.Errors)
 	require.NotContains(t, stderr, "turns ok", "--quiet")
 
-	// --dev: the dev stack's address and token, as chatd dev leaves them;
+	// --dev: the address the running dev stack recorded in its lock file
+	// (not 127.0.0.1:8080, nor a variable of this shell) and its token;
 	// the duration bound stops it.
 	dataDir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dataDir, "dev-token"), []byte(st.Token+"\n"), 0o600))
-	devEnv := map[string]string{"CHATD_DEV_DATA_DIR": dataDir, "CHATD_DEV_HTTP_ADDR": st.APIHTTP, envChatStreamURL: "http://" + st.Streams[0]}
+	holdDevLock(t, dataDir, "http://"+st.APIHTTP)
+	devEnv := map[string]string{"CHATD_DEV_DATA_DIR": dataDir, envChatStreamURL: "http://" + st.Streams[0]}
 	code, rep, stderr = bench(devEnv, "--dev", "--chats", "2", "--duration", "300ms", "--quiet")
 	require.Equal(t, exitOK, code, stderr)
 	require.Equal(t, "duration", rep.StoppedBy)
@@ -162,9 +166,24 @@ func TestBenchRefusesBadCommandLines(t *testing.T) {
 		require.Equal(t, exitUsage, code, "%v: %s", tc.args, stderr)
 		require.Contains(t, stderr, tc.want, "%v", tc.args)
 	}
+	// No stack: one sentence says so and how to start one.
 	code, _, stderr := cliStdin(t, map[string]string{"CHATD_DEV_DATA_DIR": t.TempDir()}, "", "bench", "--dev")
-	require.Equal(t, exitUsage, code)
-	require.Contains(t, stderr, "start the dev stack (make dev)")
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, stderr, "no dev stack is running with data directory")
+	require.Contains(t, stderr, "make dev")
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %s", stderr)
+	// A stack that recorded an address nothing answers at.
+	dead := t.TempDir()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	deadURL := "http://" + lis.Addr().String()
+	require.NoError(t, lis.Close())
+	holdDevLock(t, dead, deadURL)
+	code, _, stderr = cliStdin(t, map[string]string{"CHATD_DEV_DATA_DIR": dead}, "", "bench", "--dev")
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, stderr, "nothing answers there")
+	require.Contains(t, stderr, deadURL)
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %s", stderr)
 	for _, ok := range []string{"http://localhost:8080", "http://127.0.0.2:9", "http://[::1]:8080", "http://api.localhost"} {
 		require.NoError(t, requireLoopback(ok), ok)
 	}
@@ -185,4 +204,16 @@ func TestBenchNamesTheStreamCap(t *testing.T) {
 	require.Contains(t, stderr, "(HTTP 429)", "the stream's own sentence and status")
 	require.Contains(t, stderr, "CHATD_STREAM_MAX_PER_USER", "names the setting to change")
 	require.NotContains(t, stderr, "no answer within")
+}
+
+// holdDevLock holds dir's dev.lock as a running chatd dev does, having
+// recorded that it serves at url, until the test ends.
+func holdDevLock(t *testing.T, dir, url string) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(dir, "dev.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB))
+	_, err = fmt.Fprintf(f, "pid %d\nserving %s\n", os.Getpid(), url)
+	require.NoError(t, err)
 }

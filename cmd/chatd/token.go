@@ -33,10 +33,11 @@ func runToken(_ context.Context, e *env, args []string) int {
 	sub := fs.String("sub", "", "The user's UUID (the token's sub claim; default: a new one).")
 	org := fs.String("org", "", "The organization's UUID (the token's org claim; default: a new one).")
 	admin := fs.Bool("admin", false, "Make the user a deployment admin (may manage providers and model configs).")
+	scopeText := fs.String("scope", string(auth.ScopeAll), "What the token may do: all (the full API) or chat_model_config:read (model discovery only); several are space- or comma-separated.")
 	ttlText := fs.String("ttl", "720h", "How long the token is valid: a Go duration such as 720h or 90m, or days such as 30d.")
 	secret := fs.String("secret", "", "The HS256 secret, at least 32 bytes (default: $"+auth.EnvSecret+", else the dev stack's).")
 	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: chatd token [--sub <user-uuid>] [--org <org-uuid>] [--admin] [--ttl 720h] [--secret S]\n\n")
+		fmt.Fprintf(w, "Usage: chatd token [--sub <user-uuid>] [--org <org-uuid>] [--admin] [--scope all] [--ttl 720h] [--secret S]\n\n")
 		fmt.Fprintf(w, "Prints a bearer token (HS256) on standard output, for the header\n")
 		fmt.Fprintf(w, "Authorization: Bearer <token>. The secret comes from --secret, else from %s,\n", auth.EnvSecret)
 		fmt.Fprintf(w, "else from the dev stack's %s (in $CHATD_DEV_DATA_DIR, default .chatd).\n", devstack.IdentityFile)
@@ -76,6 +77,10 @@ func runToken(_ context.Context, e *env, args []string) int {
 	if *org == "" {
 		fmt.Fprintf(e.stderr, "chatd token: in a new organization %s (--org chooses one)\n", orgID)
 	}
+	scopes, err := parseScopes(*scopeText)
+	if err != nil {
+		return fail("--scope %s.", err)
+	}
 	ttl, err := parseTTL(*ttlText)
 	if err != nil {
 		return fail("--ttl %s.", err)
@@ -104,7 +109,7 @@ func runToken(_ context.Context, e *env, args []string) int {
 		fmt.Fprintf(e.stderr, "chatd token: %v\n", err)
 		return exitFailed
 	}
-	token, err := signer.Sign(auth.Claims{UserID: userID, OrganizationID: orgID, Admin: *admin}, ttl)
+	token, err := signer.Sign(auth.Claims{UserID: userID, OrganizationID: orgID, Admin: *admin, Scopes: scopes}, ttl)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "chatd token: %v\n", err)
 		return exitFailed
@@ -113,6 +118,27 @@ func runToken(_ context.Context, e *env, args []string) int {
 		return exitFailed
 	}
 	return exitOK
+}
+
+// parseScopes reads --scope: scope names separated by blanks or commas.
+// The full scope alone is written as no scope claim, the default every
+// verifier reads as the full API.
+func parseScopes(text string) ([]auth.Scope, error) {
+	var out []auth.Scope
+	for _, name := range strings.FieldsFunc(text, func(r rune) bool { return r == ',' || r == ' ' }) {
+		s, err := auth.ParseScope(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%q names no scope (know all, chat_model_config:read)", text)
+	}
+	if len(out) == 1 && out[0] == auth.ScopeAll {
+		return nil, nil
+	}
+	return out, nil
 }
 
 // uuidFlag parses the value of --name, which must be a UUID other than the

@@ -67,6 +67,26 @@ func TestTokenEndToEnd(t *testing.T) {
 	require.ErrorIs(t, err, auth.ErrInvalidToken)
 }
 
+// TestTokenScope: --scope limits the token (its scope claim); the default
+// is the full scope, written as no claim.
+func TestTokenScope(t *testing.T) {
+	t.Parallel()
+	environ := map[string]string{auth.EnvSecret: testSecret}
+	code, stdout, stderr := cli(t, environ, "token", "--sub", uuid.NewString(), "--org", uuid.NewString(), "--scope", "chat_model_config:read")
+	require.Equal(t, exitOK, code, stderr)
+	c := verifyPrinted(t, stdout, testSecret)
+	require.Equal(t, []auth.Scope{auth.ScopeModelConfigRead}, c.Scopes)
+	require.False(t, c.Full())
+
+	for _, args := range [][]string{nil, {"--scope", "all"}} {
+		code, stdout, stderr = cli(t, environ, append([]string{"token", "--sub", uuid.NewString(), "--org", uuid.NewString()}, args...)...)
+		require.Equal(t, exitOK, code, stderr)
+		c = verifyPrinted(t, stdout, testSecret)
+		require.Empty(t, c.Scopes, "%v", args)
+		require.True(t, c.Full(), "%v", args)
+	}
+}
+
 func TestTokenErrors(t *testing.T) {
 	t.Parallel()
 	sub, org := uuid.NewString(), uuid.NewString()
@@ -85,6 +105,7 @@ func TestTokenErrors(t *testing.T) {
 		"zero ttl":     {environ, []string{"--sub", sub, "--org", org, "--ttl", "0s"}, `chatd token: --ttl "0s" is not positive.` + "\n"},
 		"extra arg":    {environ, []string{"--sub", sub, "--org", org, "now"}, `chatd token: unexpected argument "now".` + "\n"},
 		"bad flag":     {environ, []string{"--user", sub}, "chatd token: flag provided but not defined: -user.\n"},
+		"bad scope":    {environ, []string{"--sub", sub, "--org", org, "--scope", "root"}, `chatd token: --scope unknown scope "root" (know all, chat_model_config:read).` + "\n"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

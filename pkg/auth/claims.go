@@ -10,6 +10,11 @@
 //	org    the organization's UUID (required)
 //	admin  true for a deployment admin, who may manage providers and
 //	       model configs (optional, default false)
+//	scope  what the token may do (optional): a space-separated string or
+//	       a list of strings; "all" is the full API, and
+//	       "chat_model_config:read" model discovery only. Without the
+//	       claim, or with none of these in it, the token has the full
+//	       scope (see Scope).
 //	exp    expiry (required unless the Verifier allows tokens without one)
 //	nbf    not before (optional)
 //
@@ -34,6 +39,9 @@ type Claims struct {
 	// Admin is the token's admin claim: a deployment admin may manage
 	// providers and model configs.
 	Admin bool
+	// Scopes are the chatd scopes of the token's scope claim; empty
+	// means the full scope (Full).
+	Scopes []Scope
 	// ExpiresAt is the token's exp; zero when the token has none (accepted
 	// only by a Verifier with AllowNoExpiry).
 	ExpiresAt time.Time

@@ -33,6 +33,7 @@ type signedClaims struct {
 	Sub   string           `json:"sub"`
 	Org   string           `json:"org"`
 	Admin bool             `json:"admin,omitempty"`
+	Scope string           `json:"scope,omitempty"`
 	Iat   *jwt.NumericDate `json:"iat"`
 	Exp   *jwt.NumericDate `json:"exp,omitempty"`
 }
@@ -66,6 +67,15 @@ func (s *Signer) Sign(c Claims, ttl time.Duration) (string, error) {
 		Org:   c.OrganizationID.String(),
 		Admin: c.Admin,
 		Iat:   jwt.NewNumericDate(now),
+	}
+	for i, scope := range c.Scopes {
+		if _, err := ParseScope(string(scope)); err != nil {
+			return "", fmt.Errorf("auth: %w", err)
+		}
+		if i > 0 {
+			sc.Scope += " "
+		}
+		sc.Scope += string(scope)
 	}
 	switch {
 	case ttl > 0:

@@ -195,6 +195,7 @@ type tokenClaims struct {
 	Sub   json.RawMessage `json:"sub"`
 	Org   json.RawMessage `json:"org"`
 	Admin json.RawMessage `json:"admin"`
+	Scope json.RawMessage `json:"scope"`
 }
 
 // Verify checks rawToken (the part after "Bearer ") and returns its claims.
@@ -229,6 +230,9 @@ func (v *Verifier) Verify(ctx context.Context, rawToken string) (Claims, error) 
 		if err := json.Unmarshal(tc.Admin, &c.Admin); err != nil {
 			return Claims{}, newError(ErrInvalidToken, "the bearer token's admin claim is not true or false", err)
 		}
+	}
+	if c.Scopes, err = scopeClaim(tc.Scope); err != nil {
+		return Claims{}, err
 	}
 	if tc.ExpiresAt != nil {
 		c.ExpiresAt = tc.ExpiresAt.Time

@@ -15,8 +15,9 @@ import (
 // atomically: if any of them cannot take the transition, nothing changes.
 // The family root is locked first (child creation share-locks the same row,
 // so a concurrent child is either included or refused). Unarchiving a child
-// fails while its parent is archived. Chats already in the requested state
-// are left alone.
+// fails while its parent is archived. A member already in the requested
+// state cannot take the transition either, so it fails the whole operation
+// (spec "PATCH /api/v2/chats/{chat}") with the TransitionError naming it.
 func (m *Machine) SetFamilyArchived(ctx context.Context, id uuid.UUID, archived bool) ([]Result, error) {
 	return m.SetFamilyArchivedIf(ctx, id, archived, nil)
 }
@@ -60,16 +61,9 @@ func (m *Machine) SetFamilyArchivedIf(ctx context.Context, id uuid.UUID, archive
 		if err != nil {
 			return fmt.Errorf("list family of chat %s: %w", id, err)
 		}
-		// Lock every member that changes, then check, then change them.
+		// Lock every member, then check, then change them.
 		var txs []*Tx
 		for _, member := range ids {
-			current, err := q.ChatGet(ctx, member)
-			if err != nil {
-				return fmt.Errorf("read chat %s: %w", member, err)
-			}
-			if current.Archived == archived {
-				continue
-			}
 			tx, err := m.lock(ctx, ptx, member)
 			if err != nil {
 				return err

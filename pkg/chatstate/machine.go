@@ -347,6 +347,9 @@ type Tx struct {
 	now      time.Time
 	applied  []Applied
 	readOnly bool
+	// promotedQueuedAt are the queued created_at of the queued messages
+	// the bundle promoted into history (PromotedQueuedAt).
+	promotedQueuedAt []time.Time
 	// rowFresh: tx.chat is the row as the last statement that could change
 	// it left it (a chats UPDATE ... RETURNING), so a landing need not read
 	// it again. A write to chat_messages or the queue clears it: their

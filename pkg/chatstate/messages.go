@@ -285,11 +285,66 @@ func (tx *Tx) promote(ctx context.Context, q queries.ChatQueuedMessage, reason s
 	if err != nil {
 		return queries.ChatMessage{}, fmt.Errorf("promote queued message %d: %w", q.ID, err)
 	}
+	model, err := tx.promotionModel(ctx, q.ModelConfigID)
+	if err != nil {
+		return queries.ChatMessage{}, fmt.Errorf("promote queued message %d: %w", q.ID, err)
+	}
 	_, row, err := tx.insertUserTurn(ctx, NewMessage{
-		Role: RoleUser, Content: content, ModelConfigID: q.ModelConfigID,
+		Role: RoleUser, Content: content, ModelConfigID: model,
 		ReasoningEffort: q.ReasoningEffort, CreatedBy: q.CreatedBy, TurnID: q.TurnID,
 	}, &q.ID, reason)
+	if err == nil {
+		tx.promotedQueuedAt = append(tx.promotedQueuedAt, q.CreatedAt)
+	}
 	return row, err
+}
+
+// promotionModel revalidates the model a queued message is promoted with
+// (spec "Organization-local model selection and fallback"): the message's
+// stored config, or the chat's last one when it stored none, is kept while
+// it is live, enabled, of an enabled provider and of the chat's
+// organization. Otherwise the message runs on the organization's enabled
+// default, which also becomes the chat's last_model_config_id. With no
+// usable default the stored value is kept: promotion is part of
+// transitions that must not fail on it (FinishTurn), and the worker's
+// preparation reports the missing default when the turn runs.
+func (tx *Tx) promotionModel(ctx context.Context, stored *uuid.UUID) (*uuid.UUID, error) {
+	id := stored
+	if id == nil {
+		id = tx.chat.LastModelConfigID
+	}
+	if id == nil {
+		return stored, nil
+	}
+	cur, err := tx.q.ChatModelConfigGetWithProvider(ctx, *id)
+	switch {
+	case err == nil:
+		c := cur.ChatModelConfig
+		if !c.Deleted && c.Enabled && cur.ProviderEnabled && c.OrganizationID == tx.chat.OrganizationID {
+			return stored, nil
+		}
+	case !errors.Is(err, pgx.ErrNoRows):
+		return nil, fmt.Errorf("read model config %s: %w", *id, err)
+	}
+	def, err := tx.q.ChatModelConfigGetDefault(ctx, tx.chat.OrganizationID)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return stored, nil
+	case err != nil:
+		return nil, fmt.Errorf("read the default model config of organization %s: %w", tx.chat.OrganizationID, err)
+	case !def.ChatModelConfig.Enabled || !def.ProviderEnabled:
+		return stored, nil
+	}
+	return &def.ChatModelConfig.ID, nil
+}
+
+// PromotedQueuedAt returns the queued created_at of each queued message the
+// bundle promoted into history so far (spec "Promotion": a promoting
+// transition returns it, and once the bundle commits its caller records
+// the prompt's queue_wait from it). A promoted message's history row is
+// created at the promotion, so this is the only record of when it queued.
+func (tx *Tx) PromotedQueuedAt() []time.Time {
+	return slices.Clone(tx.promotedQueuedAt)
 }
 
 // promoteHead promotes the queue head.

@@ -370,6 +370,28 @@ func TestFamilyArchive(t *testing.T) {
 	require.Equal(t, chatstate.R0, snap.State())
 }
 
+// TestFamilyArchiveFailsOnAMemberAlreadyArchived: a member already in the
+// requested state cannot take SetArchived either, so the whole family
+// operation fails and no member changes (it is not skipped).
+func TestFamilyArchiveFailsOnAMemberAlreadyArchived(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	root := h.reach(chatstate.W, 0, false)
+	child := h.createChild(root, false)
+	_, err := h.m.SetFamilyArchived(h.ctx, child, true)
+	require.NoError(t, err)
+
+	before := h.loadModel(root)
+	commits := h.commits.count()
+	_, err = h.m.SetFamilyArchived(h.ctx, root, true)
+	var te *chatstate.TransitionError
+	require.ErrorAs(t, err, &te)
+	require.ErrorIs(t, err, chatstate.ErrNotAllowed)
+	require.Equal(t, chatstate.XW, te.State, "the archived child refuses SetArchived(true)")
+	require.Equal(t, before.norm(), h.loadModel(root).norm(), "the root is unchanged")
+	require.Equal(t, commits, h.commits.count())
+}
+
 // --- helpers ---------------------------------------------------------------
 
 func transitions(r chatstate.Result) []chatstate.Transition {

@@ -111,13 +111,23 @@ func validateCompressionThreshold(n int32) error {
 	return nil
 }
 
-// validateOptions checks options is a JSON object and, if it carries
-// reasoning_effort, that it is {default, max} on the global effort scale with
-// default <= max.
+// ValidateOptions is the check a config's options pass when it is
+// written; its error is an ErrInvalid sentence.
+func ValidateOptions(raw json.RawMessage) error { return validateOptions(raw) }
+
+// validateOptions checks options is a JSON object; if it carries
+// provider_options, that they are options chatd honors
+// (validateProviderOptions); if it carries reasoning_effort, that it is
+// {default, max} on the global effort scale with default <= max.
 func validateOptions(raw json.RawMessage) error {
 	var opts map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &opts); err != nil || opts == nil {
 		return invalid("options must be a JSON object")
+	}
+	if po, ok := opts["provider_options"]; ok {
+		if err := validateProviderOptions(po); err != nil {
+			return err
+		}
 	}
 	re, ok := opts["reasoning_effort"]
 	if !ok {

@@ -154,9 +154,12 @@ func Run(ctx context.Context, cfg Config, ready func(Ready)) (err error) {
 		if terr != nil {
 			errs <- terr
 			cancel()
-		} else if ready != nil {
+		} else {
+			// Where it serves, for clients' --dev (ServingURL).
 			lock.record(base)
-			ready(Ready{URL: base, Token: token, TokenFile: tokenFile, DatabaseURL: dbURL, Providers: providers})
+			if ready != nil {
+				ready(Ready{URL: base, Token: token, TokenFile: tokenFile, DatabaseURL: dbURL, Providers: providers})
+			}
 		}
 	}
 

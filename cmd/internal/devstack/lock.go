@@ -69,6 +69,46 @@ func (l *dataDirLock) record(url string) {
 	_, _ = l.f.WriteAt([]byte(text), 0)
 }
 
+// ErrNotRunning: no dev stack holds the data directory's lock.
+var ErrNotRunning = errors.New("no dev stack is running")
+
+// ErrStarting: a dev stack holds the data directory but has not yet
+// recorded where it serves (it records that once it answers).
+var ErrStarting = errors.New("the dev stack is still starting")
+
+// ServingURL is the base URL the dev stack running with data directory dir
+// serves at, as it recorded it in its lock file. Only a held lock is read:
+// a file left by a stopped stack names an address nobody serves.
+func ServingURL(dir string) (string, error) {
+	path := filepath.Join(dir, lockFile)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", ErrNotRunning
+	}
+	if err != nil {
+		return "", fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB)
+	if err == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		return "", ErrNotRunning
+	}
+	if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return "", fmt.Errorf("lock %s: %w", path, err)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", path, err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if url, ok := strings.CutPrefix(strings.TrimSpace(line), "serving "); ok && url != "" {
+			return url, nil
+		}
+	}
+	return "", ErrStarting
+}
+
 // release drops the lock (the file stays; its content is stale but only
 // read while someone holds the lock).
 func (l *dataDirLock) release() {

@@ -79,3 +79,24 @@ func TestClusterOutsideAPrivateFolder(t *testing.T) {
 	_, err = os.Stat(filepath.Join(fallbackClusterDir(cfg.DataDir), "data", "PG_VERSION"))
 	require.NoError(t, err, "the cluster lives under %s", fallbackClusterRoot)
 }
+
+// TestServingURL: clients read where the running stack serves from its
+// lock file, only while the lock is held.
+func TestServingURL(t *testing.T) {
+	dir := t.TempDir()
+	_, err := ServingURL(dir)
+	require.ErrorIs(t, err, ErrNotRunning, "no lock file")
+
+	l, err := lockDataDir(dir)
+	require.NoError(t, err)
+	_, err = ServingURL(dir)
+	require.ErrorIs(t, err, ErrStarting, "held, no address yet")
+	l.record("http://127.0.0.1:18080")
+	url, err := ServingURL(dir)
+	require.NoError(t, err)
+	require.Equal(t, "http://127.0.0.1:18080", url)
+
+	l.release()
+	_, err = ServingURL(dir)
+	require.ErrorIs(t, err, ErrNotRunning, "a stopped stack's file names an address nobody serves")
+}

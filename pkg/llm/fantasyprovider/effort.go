@@ -25,7 +25,7 @@ func (m *Model) applyOptions(call *fantasy.Call, req llm.Request) {
 	}
 	po := m.options.ProviderOptions.OpenAI
 	if po == nil {
-		po = &openAIOptions{}
+		po = &modelconfig.OpenAIOptions{}
 	}
 	switch {
 	case m.api == APIAnthropicMessage:
@@ -35,30 +35,9 @@ func (m *Model) applyOptions(call *fantasy.Call, req llm.Request) {
 			call.ProviderOptions = fantasy.ProviderOptions{openaicompat.Name: &openaicompat.ProviderOptions{ReasoningEffort: new(openai.ReasoningEffort(effort))}}
 		}
 	case m.api == APIResponses:
-		o := &openai.ResponsesProviderOptions{
-			ParallelToolCalls: po.ParallelToolCalls, User: po.User, Store: po.Store, PromptCacheKey: po.PromptCacheKey,
-			SafetyIdentifier: po.SafetyIdentifier, ReasoningSummary: po.ReasoningSummary,
-		}
-		if po.ServiceTier != nil {
-			o.ServiceTier = new(openai.ServiceTier(*po.ServiceTier))
-		}
-		if po.TextVerbosity != nil {
-			o.TextVerbosity = new(openai.TextVerbosity(*po.TextVerbosity))
-		}
-		if effort != "" {
-			o.ReasoningEffort = new(openai.ReasoningEffort(openAIEffort(m.info.Model, effort)))
-		}
-		call.ProviderOptions = fantasy.ProviderOptions{openai.Name: o}
+		call.ProviderOptions = fantasy.ProviderOptions{openai.Name: responsesOptions(po, m.info.Model, effort)}
 	default: // OpenAI Chat Completions
-		o := &openai.ProviderOptions{
-			ParallelToolCalls: po.ParallelToolCalls, User: po.User, Store: po.Store, PromptCacheKey: po.PromptCacheKey,
-			SafetyIdentifier: po.SafetyIdentifier, ServiceTier: po.ServiceTier, TextVerbosity: po.TextVerbosity,
-			MaxCompletionTokens: po.MaxCompletionTokens,
-		}
-		if effort != "" {
-			o.ReasoningEffort = new(openai.ReasoningEffort(openAIEffort(m.info.Model, effort)))
-		}
-		call.ProviderOptions = fantasy.ProviderOptions{openai.Name: o}
+		call.ProviderOptions = fantasy.ProviderOptions{openai.Name: chatOptions(po, m.info.Model, effort)}
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"charm.land/fantasy/providers/openai"
+
+	"github.com/chatd/chatd/pkg/modelconfig"
 )
 
 // configOptions is the part of a model config's options this package reads.
@@ -18,26 +20,10 @@ type configOptions struct {
 		UseResponsesAPI *bool `json:"use_responses_api"`
 	} `json:"openai_config"`
 	ProviderOptions struct {
-		// OpenAI holds per-request OpenAI parameters (openai providers only).
-		OpenAI *openAIOptions `json:"openai"`
+		// OpenAI holds per-request OpenAI parameters (openai providers
+		// only); the api refused every field chatd cannot honor.
+		OpenAI *modelconfig.OpenAIOptions `json:"openai"`
 	} `json:"provider_options"`
-}
-
-// openAIOptions is the subset of provider_options.openai this package
-// passes through. Each field goes to the transports that honor it.
-type openAIOptions struct {
-	ParallelToolCalls *bool   `json:"parallel_tool_calls"`
-	User              *string `json:"user"`
-	Store             *bool   `json:"store"`
-	ServiceTier       *string `json:"service_tier"`
-	PromptCacheKey    *string `json:"prompt_cache_key"`
-	SafetyIdentifier  *string `json:"safety_identifier"`
-	TextVerbosity     *string `json:"text_verbosity"`
-	// ReasoningSummary: Responses only ("auto", "concise", "detailed");
-	// without it the Responses API streams no reasoning text.
-	ReasoningSummary *string `json:"reasoning_summary"`
-	// MaxCompletionTokens: Chat Completions only.
-	MaxCompletionTokens *int64 `json:"max_completion_tokens"`
 }
 
 func parseOptions(raw json.RawMessage) (configOptions, error) {
@@ -49,6 +35,67 @@ func parseOptions(raw json.RawMessage) (configOptions, error) {
 		return o, fmt.Errorf("model config options: %w", err)
 	}
 	return o, nil
+}
+
+// responsesOptions converts the config's OpenAI options (and effort, "" for
+// none) to the Responses option struct. On Responses top_log_probs wins
+// over log_probs: that API takes one logprobs value (a count, or true for
+// the most).
+func responsesOptions(po *modelconfig.OpenAIOptions, model, effort string) *openai.ResponsesProviderOptions {
+	o := &openai.ResponsesProviderOptions{
+		Instructions: po.Instructions, MaxToolCalls: po.MaxToolCalls, ParallelToolCalls: po.ParallelToolCalls,
+		User: po.User, Store: po.Store, PromptCacheKey: po.PromptCacheKey, SafetyIdentifier: po.SafetyIdentifier,
+		ReasoningSummary: po.ReasoningSummary, StrictJSONSchema: po.StrictJSONSchema,
+	}
+	for _, inc := range po.Include {
+		o.Include = append(o.Include, openai.IncludeType(inc))
+	}
+	switch {
+	case po.TopLogProbs != nil:
+		o.Logprobs = int(*po.TopLogProbs)
+	case po.LogProbs != nil:
+		o.Logprobs = *po.LogProbs
+	}
+	if po.Metadata != nil {
+		o.Metadata = make(map[string]any, len(po.Metadata))
+		for k, v := range po.Metadata {
+			o.Metadata[k] = v
+		}
+	}
+	if po.ServiceTier != nil {
+		o.ServiceTier = new(openai.ServiceTier(*po.ServiceTier))
+	}
+	if po.TextVerbosity != nil {
+		o.TextVerbosity = new(openai.TextVerbosity(*po.TextVerbosity))
+	}
+	if effort != "" {
+		o.ReasoningEffort = new(openai.ReasoningEffort(openAIEffort(model, effort)))
+	}
+	return o
+}
+
+// chatOptions converts the config's OpenAI options (and effort) to the
+// Chat Completions option struct.
+func chatOptions(po *modelconfig.OpenAIOptions, model, effort string) *openai.ProviderOptions {
+	o := &openai.ProviderOptions{
+		LogitBias: po.LogitBias, LogProbs: po.LogProbs, TopLogProbs: po.TopLogProbs,
+		ParallelToolCalls: po.ParallelToolCalls, User: po.User, Store: po.Store, PromptCacheKey: po.PromptCacheKey,
+		SafetyIdentifier: po.SafetyIdentifier, ServiceTier: po.ServiceTier, TextVerbosity: po.TextVerbosity,
+		MaxCompletionTokens: po.MaxCompletionTokens, StructuredOutputs: po.StructuredOutputs,
+	}
+	if po.Prediction != nil {
+		o.Prediction = map[string]any{"type": po.Prediction.Type, "content": po.Prediction.Content}
+	}
+	if po.Metadata != nil {
+		o.Metadata = make(map[string]any, len(po.Metadata))
+		for k, v := range po.Metadata {
+			o.Metadata[k] = v
+		}
+	}
+	if effort != "" {
+		o.ReasoningEffort = new(openai.ReasoningEffort(openAIEffort(model, effort)))
+	}
+	return o
 }
 
 // isGPT6Astra reports whether model is GPT-6 Astra or a dated snapshot of it.

@@ -112,11 +112,16 @@ func Open(p modelconfig.Provider, cfg modelconfig.ModelConfig) (*Model, error) {
 			po = append(po, openai.WithBaseURL(p.BaseURL))
 		}
 		m.api = APIChatCompletions
+		patch := chatPatch(opts.ProviderOptions.OpenAI)
 		if usesResponsesAPI(cfg.Model, opts.OpenAIConfig.UseResponsesAPI) {
 			m.api = APIResponses
+			patch = responsesPatch(opts.ProviderOptions.OpenAI)
 			// fantasy uses Responses when both the switch is on and the
 			// filter says yes; the decision is already made.
 			po = append(po, openai.WithUseResponsesAPI(), openai.WithResponsesAPIFunc(func(string) bool { return true }))
+		}
+		if o := patch.option(); o != nil {
+			po = append(po, openai.WithSDKOptions(o))
 		}
 		fp, err = openai.New(po...)
 	case modelconfig.ProviderOpenAICompat:

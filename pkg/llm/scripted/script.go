@@ -48,8 +48,10 @@ type script struct {
 	stall    bool
 	usage    *llm.Usage
 	title    *string // ::title <text>
-	files    bool    // ::files
-	system   bool    // ::system
+	// titleFail is ::title-fail: the failure of title requests.
+	titleFail *failure
+	files     bool // ::files
+	system    bool // ::system
 	// firstLine is the first non-blank line that is not a directive.
 	firstLine string
 }
@@ -128,9 +130,9 @@ func (s *script) directive(line string) error {
 			return fmt.Errorf("tool arguments %q are not a JSON object", input)
 		}
 		s.tools = append(s.tools, toolCall{name: toolName, args: json.RawMessage(input)})
-	case "fail":
+	case "fail", "title-fail":
 		if len(args) < 1 || len(args) > 2 {
-			return fmt.Errorf("want ::fail retryable|fatal [n]")
+			return fmt.Errorf("want ::%s retryable|fatal [n]", name)
 		}
 		f := &failure{}
 		switch args[0] {
@@ -148,7 +150,11 @@ func (s *script) directive(line string) error {
 			}
 			f.first = n
 		}
-		s.fail = f
+		if name == "title-fail" {
+			s.titleFail = f
+		} else {
+			s.fail = f
+		}
 	case "title":
 		s.title = &rest
 	case "files":
@@ -171,7 +177,7 @@ func (s *script) directive(line string) error {
 		}
 		s.usage = &llm.Usage{PromptTokens: p, OutputTokens: o}
 	default:
-		return fmt.Errorf("unknown directive ::%s (know ::reply, ::stream, ::think, ::tool, ::fail, ::stall, ::usage, ::title, ::files, ::system)", name)
+		return fmt.Errorf("unknown directive ::%s (know ::reply, ::stream, ::think, ::tool, ::fail, ::stall, ::usage, ::title, ::title-fail, ::files, ::system)", name)
 	}
 	return nil
 }

@@ -20,6 +20,8 @@
 //	::usage <prompt> <output>   report that token usage for the response
 //	::title <text>              the answer to a title request (ignored
 //	                            in a chat's turns)
+//	::title-fail retryable [n]  like ::fail, for title requests only
+//	::title-fail fatal [n]
 //	::files                     answer with a line per attachment the
 //	                            prompt's user messages carry: "file <name>
 //	                            (<media type>, <n> bytes)" as loaded through
@@ -136,7 +138,7 @@ func (m *Model) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Event
 			s.segments = append(s.segments, segment{kind: segReply, text: req.System})
 		}
 		if req.Purpose == llm.PurposeTitle {
-			s = script{segments: []segment{{kind: segReply, text: s.titleAnswer()}}}
+			s = script{segments: []segment{{kind: segReply, text: s.titleAnswer()}}, fail: s.titleFail}
 		}
 		attempt := max(req.Attempt, 1)
 		if s.fail.failsOn(attempt) {

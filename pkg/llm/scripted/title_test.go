@@ -30,3 +30,22 @@ func TestTitleRequest(t *testing.T) {
 	turn := collect(t, m, req("hello\n::title Ignored"))
 	require.Equal(t, "echo: hello", turn.Content.PlainText())
 }
+
+// TestTitleFail: ::title-fail fails the first n attempts of title requests
+// only; a chat's turns ignore it.
+func TestTitleFail(t *testing.T) {
+	t.Parallel()
+	m := scripted.New()
+	r := req("Plan a trip\n::title Trip\n::title-fail retryable 2")
+	r.Purpose = llm.PurposeTitle
+	for attempt, fails := range map[int]bool{1: true, 2: true, 3: false} {
+		r.Attempt = attempt
+		_, err := events(t, m, r)
+		if fails {
+			require.True(t, llm.IsRetryable(err), "attempt %d: %v", attempt, err)
+		} else {
+			require.NoError(t, err, "attempt %d", attempt)
+		}
+	}
+	require.Equal(t, "echo: Plan a trip", collect(t, m, req("Plan a trip\n::title-fail fatal")).Content.PlainText())
+}

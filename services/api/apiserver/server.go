@@ -41,6 +41,8 @@ type Config struct {
 	RateLimitBurst     int
 	// MaxTitleGenerations bounds concurrent background title generations.
 	MaxTitleGenerations int
+	// MaxGenerationRetries bounds the retries of a background model call.
+	MaxGenerationRetries int
 	// RequiresActionTimeout is the dynamic-tool deadline.
 	RequiresActionTimeout time.Duration
 	// Hooks are the lifecycle hook settings (CHATD_HOOK_*).
@@ -78,6 +80,8 @@ func (c *Config) Declare(v *service.Vars) {
 		"Requests a user may make at once above CHATD_RATE_LIMIT_PER_SECOND (the token bucket's size).")
 	v.Int(&c.MaxTitleGenerations, "CHATD_MAX_TITLE_GENERATIONS", chatapi.DefaultMaxTitleGenerations, 1,
 		"Background title generations running at once; a chat created while all are busy keeps its fallback title.")
+	v.Int(&c.MaxGenerationRetries, "CHATD_MAX_GENERATION_RETRIES", chatapi.DefaultMaxGenerationRetries, 0,
+		"Retries of a failed background model call (a chat title; retryable errors only), the worker's generation retry limit; 0 is no retries.")
 	v.Duration(&c.RequiresActionTimeout, "CHATD_REQUIRES_ACTION_TIMEOUT", chatstate.DefaultRequiresActionTimeout,
 		"How long a chat waits for dynamic tool results before the worker cancels the calls.")
 	v.Var(cors.Env, "", cors.Usage, func(raw string) (err error) { c.CORS, err = cors.Parse(raw); return err })
@@ -127,7 +131,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			MaxAttachmentsPerChat: cfg.MaxAttachmentsPerChat, MaxAttachmentBytes: int64(cfg.MaxAttachmentBytes),
 			MaxMessageParts: cfg.MaxMessageParts, MaxMessageFiles: cfg.MaxMessageFiles,
 			RateLimitPerSecond: cfg.RateLimitPerSecond, RateLimitBurst: cfg.RateLimitBurst,
-			MaxTitleGenerations: cfg.MaxTitleGenerations,
+			MaxTitleGenerations: cfg.MaxTitleGenerations, MaxGenerationRetries: cfg.MaxGenerationRetries,
 		},
 		DatabaseURL:           cfg.DatabaseURL,
 		DB:                    cfg.DB,

@@ -20,12 +20,13 @@ func parseConfig(t *testing.T, env map[string]string) *Config {
 	return c
 }
 
-// Out of the box the runner retries and times stalled streams out.
+// Out of the box the runner retries, times stalled streams out and bounds
+// a turn to 30 minutes.
 func TestRunnerConfigDefaults(t *testing.T) {
 	t.Parallel()
 	got := parseConfig(t, map[string]string{}).RunnerConfig()
 	require.Equal(t, runner.Config{
-		MaxGenerationRetries: 25, MaxStepsPerTurn: 1200,
+		MaxGenerationRetries: 25, MaxStepsPerTurn: 1200, TurnMaxDuration: 30 * time.Minute,
 		TTFTTimeout: 5 * time.Minute, StreamIdleTimeout: 2 * time.Minute,
 	}, got)
 }

@@ -39,8 +39,13 @@ const (
 	defaultDrainSeconds = 1800
 )
 
-// Runner limits' defaults (issue "Generation goroutine").
-const defaultMaxStepsPerTurn = 1200
+// Runner limits' defaults. A turn is bounded by default (30 minutes, the
+// reconnectable-runs design's generation limit): without a bound one stuck
+// agent loop would hold a limiter slot forever.
+const (
+	defaultMaxStepsPerTurn = 1200
+	defaultTurnMaxSeconds  = 30 * 60
+)
 
 // heartbeatConns is the heartbeat loop's own pool: one tick at a time,
 // one connection, kept open and never shared with the runners.
@@ -118,8 +123,8 @@ func (c *Config) Declare(v *service.Vars) {
 		"Retries of a failed model call (retryable errors only) before the chat fails with its last error; 0 is no retries.")
 	v.Int(&c.MaxStepsPerTurn, "CHATD_MAX_STEPS_PER_TURN", defaultMaxStepsPerTurn, 1,
 		"Model steps in one turn before the turn is finished like a completed one.")
-	v.Int(&c.TurnMaxSeconds, "CHATD_TURN_MAX_SECONDS", 0, 0,
-		"Longest a turn may run, in seconds; 0 is no limit.")
+	v.Int(&c.TurnMaxSeconds, "CHATD_TURN_MAX_SECONDS", defaultTurnMaxSeconds, 0,
+		"Longest a turn may run, in seconds (default 30 minutes); 0 is no limit.")
 	v.Int(&c.AutoArchiveDays, "CHATD_AUTO_ARCHIVE_DAYS", 0, 0,
 		"Days a chat family must be idle before the worker archives it; 0 turns auto-archive off.")
 	v.Int(&c.TTFTTimeoutSeconds, "CHATD_TTFT_TIMEOUT_SECONDS", int(runner.DefaultTTFTTimeout/time.Second), 0,

@@ -117,9 +117,9 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 		CORS:            cfg.CORS,
 		// The rate limit runs after authentication (its bucket is the
 		// caller's) and before anything reads the request.
-		UnaryInterceptors: []grpc.UnaryServerInterceptor{verifier.UnaryServerInterceptor(), srv.limit.UnaryInterceptor(), ValidateTextUnary()},
+		UnaryInterceptors: []grpc.UnaryServerInterceptor{verifier.UnaryServerInterceptor(), ScopeUnary(), srv.limit.UnaryInterceptor(), ValidateTextUnary()},
 		ServerOptions: []grpc.ServerOption{
-			grpc.ChainStreamInterceptor(verifier.StreamServerInterceptor(), ValidateTextStream()),
+			grpc.ChainStreamInterceptor(verifier.StreamServerInterceptor(), ScopeStream(), ValidateTextStream()),
 		},
 		Register: func(s grpc.ServiceRegistrar, mux *http.ServeMux) error {
 			if mux != nil {

@@ -8,12 +8,11 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 )
 
-// maxAttachments is the per-chat cap the api passes to chatfiles.Link.
+// maxAttachments is the per-chat cap the api passes to chatfiles.Link,
+// as configured: a cap below 1 fails the write there rather than
+// selecting a default (spec: file links).
 func (s *Server) maxAttachments() int {
-	if s.cfg.MaxAttachmentsPerChat > 0 {
-		return s.cfg.MaxAttachmentsPerChat
-	}
-	return chatfiles.DefaultMaxPerChat
+	return s.cfg.MaxAttachmentsPerChat
 }
 
 // linkFiles records the file links of content in the transition's

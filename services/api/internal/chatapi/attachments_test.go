@@ -181,3 +181,23 @@ func firstUserMessageID(t *testing.T, r response) string {
 	t.Fatalf("no user message in %s", r.raw)
 	return ""
 }
+
+// TestAttachmentCapBelowOneFailsTheWrite: the cap is passed to the link
+// step as configured; one below 1 fails the write (nothing is stored)
+// instead of selecting a default.
+func TestAttachmentCapBelowOneFailsTheWrite(t *testing.T) {
+	t.Parallel()
+	a := startAPI(t, withAttachmentLimits(-1, 1<<20))
+	up := a.upload(a.user, "a.txt", "text/plain", "content")
+	require.Equal(t, http.StatusCreated, up.code, "%s", up.raw)
+
+	r := a.call("POST", "/api/v2/chats", a.user.token, map[string]any{"content": fileContent("read this", up.str("id"))})
+	require.Equal(t, http.StatusInternalServerError, r.code, "%s", r.raw)
+	require.NotContains(t, string(r.raw), "attachment cap", "the sentence names no internals")
+
+	var chats, linked int
+	require.NoError(t, a.pool.QueryRow(context.Background(), "SELECT count(*) FROM chats").Scan(&chats))
+	require.NoError(t, a.pool.QueryRow(context.Background(), "SELECT count(*) FROM chat_files WHERE chat_id IS NOT NULL").Scan(&linked))
+	require.Zero(t, chats, "the create was not applied")
+	require.Zero(t, linked)
+}

@@ -76,6 +76,10 @@ func (h *FilesHandler) claims(w http.ResponseWriter, r *http.Request) (auth.Clai
 		writeJSONError(w, http.StatusUnauthorized, codes.Unauthenticated, "", err.Error())
 		return auth.Claims{}, false
 	}
+	if !c.Allows(auth.ScopeAll) {
+		writeJSONError(w, http.StatusForbidden, codes.PermissionDenied, ReasonScope, scopeSentence(c, auth.ScopeAll))
+		return auth.Claims{}, false
+	}
 	if !h.Limit.allowHTTP(w, c) {
 		return auth.Claims{}, false
 	}

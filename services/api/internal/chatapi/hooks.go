@@ -143,6 +143,16 @@ func (s *Server) hasAssistantReply(ctx context.Context, chatID uuid.UUID) (bool,
 	return ok, err
 }
 
+// hasUserPrompt reports whether chat has a (non-deleted) user message: a
+// chat created empty has none until its first prompt.
+func (s *Server) hasUserPrompt(ctx context.Context, chatID uuid.UUID) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx,
+		`SELECT EXISTS (SELECT 1 FROM chat_messages WHERE chat_id = $1 AND role = 'user' AND NOT deleted)`,
+		chatID).Scan(&ok)
+	return ok, err
+}
+
 // replacePromptText replaces the text parts of content by one text part,
 // replacement, where the first one was; other parts (files) stay. An empty
 // replacement drops the text.
@@ -173,8 +183,9 @@ func replacePromptText(content chatmsg.Content, replacement string) chatmsg.Cont
 // dispatches nothing. It returns the content to store and the prompt's
 // turn ID (newTurn).
 //
-// A send to an errored chat resumes it and an edit restarts it, so those
-// first dispatch session_start (see startSession).
+// A send to an errored chat resumes it, an edit restarts it, and the first
+// prompt of a chat created empty starts its agent loop for the first time,
+// so those first dispatch session_start (see startSession).
 func (s *Server) admitToChat(ctx context.Context, c auth.Claims, rawID string, content chatmsg.Content, edit bool, check func(*chatstate.Tx) error) (chatmsg.Content, *uuid.UUID, error) {
 	if !s.hooks.Active() {
 		return content, nil, nil
@@ -191,8 +202,16 @@ func (s *Server) admitToChat(ctx context.Context, c auth.Claims, rawID string, c
 	}
 	ref := chatRef(chat)
 	turnID := s.newTurn(&ref)
+	starts := edit || chat.Status == queries.ChatStatusError
+	if !starts {
+		prompted, err := s.hasUserPrompt(ctx, chat.ID)
+		if err != nil {
+			return nil, nil, s.fail(ctx, err)
+		}
+		starts = !prompted
+	}
 	var session chatmsg.Content
-	if edit || chat.Status == queries.ChatStatusError {
+	if starts {
 		hasReply, err := s.hasAssistantReply(ctx, chat.ID)
 		if err != nil {
 			return nil, nil, s.fail(ctx, err)

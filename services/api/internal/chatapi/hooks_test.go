@@ -210,21 +210,27 @@ func TestHookSessionStart(t *testing.T) {
 	id := a.createChat("hello")
 	require.Equal(t, []string{"session_start:startup", "user_prompt_submit"}, pc.eventLog())
 
-	// A send to an idle chat is only a prompt submission.
+	// A chat created empty starts its session at its first prompt, which
+	// starts the agent loop; a later prompt is only a submission.
 	empty := a.createChat("")
+	require.Len(t, pc.eventLog(), 2, "creating an empty chat dispatches nothing")
 	r := a.call("POST", "/api/v2/chats/"+empty.String()+"/messages", a.user.token, map[string]any{"content": textContent("hi")})
 	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
-	require.Equal(t, []string{"session_start:startup", "user_prompt_submit", "user_prompt_submit"}, pc.eventLog())
+	require.Equal(t, []string{"session_start:startup", "user_prompt_submit"}, pc.eventLog()[2:])
+	r = a.call("POST", "/api/v2/chats/"+empty.String()+"/messages", a.user.token, map[string]any{"content": textContent("and more")})
+	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
+	require.Equal(t, []string{"user_prompt_submit"}, pc.eventLog()[4:])
 
 	// A send to an errored chat without a reply resumes it as startup.
 	a.worker(id, func(ctx context.Context, tx *chatstate.Tx) error { return tx.FinishError(ctx, "provider exploded") })
+	before := len(pc.eventLog())
 	r = a.call("POST", "/api/v2/chats/"+id.String()+"/messages", a.user.token, map[string]any{"content": textContent("retry")})
 	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
-	require.Equal(t, []string{"session_start:startup", "user_prompt_submit"}, pc.eventLog()[3:])
+	require.Equal(t, []string{"session_start:startup", "user_prompt_submit"}, pc.eventLog()[before:])
 
 	// An errored chat with an assistant reply resumes as resume.
 	e0 := a.reach(chatstate.E0, false)
-	before := len(pc.eventLog())
+	before = len(pc.eventLog())
 	r = a.call("POST", "/api/v2/chats/"+e0.String()+"/messages", a.user.token, map[string]any{"content": textContent("go on")})
 	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
 	require.Equal(t, []string{"session_start:resume", "user_prompt_submit"}, pc.eventLog()[before:])

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,6 +19,7 @@ import (
 	"github.com/chatd/chatd/pkg/auth"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/llm"
+	"github.com/chatd/chatd/pkg/llm/fantasyprovider"
 	"github.com/chatd/chatd/pkg/modelconfig"
 )
 
@@ -301,6 +303,9 @@ func (s *Server) CreateModelConfig(ctx context.Context, req *chatdv1.CreateModel
 	if err != nil {
 		return nil, invalid("options: %v", err)
 	}
+	if err := s.checkProviderOptions(ctx, provider, req.GetModel(), opts); err != nil {
+		return nil, err
+	}
 	mc, err := s.models.CreateModelConfig(ctx, org, modelconfig.ModelConfigCreate{
 		ProviderID: provider, Model: req.GetModel(), DisplayName: req.GetDisplayName(), Enabled: req.Enabled,
 		IsDefault: req.GetIsDefault(), ContextLimit: req.GetContextLimit(),
@@ -341,6 +346,26 @@ func (s *Server) UpdateModelConfig(ctx context.Context, req *chatdv1.UpdateModel
 	if err != nil {
 		return nil, invalid("options: %v", err)
 	}
+	if provider != nil || req.Model != nil || opts != nil {
+		// The options are checked against the config as it will be.
+		cur, err := s.models.GetModelConfig(ctx, org, id)
+		if err != nil {
+			return nil, s.modelError(ctx, err)
+		}
+		p, model, o := cur.ProviderID, cur.Model, cur.Options
+		if provider != nil {
+			p = *provider
+		}
+		if req.Model != nil {
+			model = *req.Model
+		}
+		if opts != nil {
+			o = opts
+		}
+		if err := s.checkProviderOptions(ctx, p, model, o); err != nil {
+			return nil, err
+		}
+	}
 	mc, err := s.models.UpdateModelConfig(ctx, org, id, modelconfig.ModelConfigUpdate{
 		ProviderID: provider, Model: req.Model, DisplayName: req.DisplayName, Enabled: req.Enabled,
 		IsDefault: req.IsDefault, ContextLimit: req.ContextLimit, CompressionThreshold: req.CompressionThreshold,
@@ -370,4 +395,24 @@ func (s *Server) DeleteModelConfig(ctx context.Context, req *chatdv1.DeleteModel
 		return nil, s.modelError(ctx, err)
 	}
 	return &chatdv1.DeleteModelConfigResponse{}, nil
+}
+
+// checkProviderOptions refuses provider options the config would never
+// send (fantasyprovider.CheckOptions): 400 with its sentence. A provider
+// that does not exist is left for the store to report.
+func (s *Server) checkProviderOptions(ctx context.Context, providerID uuid.UUID, model string, options json.RawMessage) error {
+	if len(options) == 0 {
+		return nil
+	}
+	if err := modelconfig.ValidateOptions(options); err != nil {
+		return s.modelError(ctx, err)
+	}
+	p, err := s.models.GetProvider(ctx, providerID)
+	if err != nil {
+		return nil
+	}
+	if err := fantasyprovider.CheckOptions(p.Type, strings.TrimSpace(model), options); err != nil {
+		return invalid("%s", err.Error())
+	}
+	return nil
 }

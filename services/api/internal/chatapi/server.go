@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatfiles"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
@@ -31,8 +32,9 @@ type Config struct {
 	// MaxQueuedMessages bounds a chat's queue (409 beyond it).
 	MaxQueuedMessages int
 	// MaxAttachmentsPerChat caps the files a chat holds; linking more
-	// evicts the chat's earliest uploads (chatfiles.Link). 0 means
-	// chatfiles.DefaultMaxPerChat.
+	// evicts the chat's earliest uploads (chatfiles.Link). 0 (unset)
+	// means chatfiles.DefaultMaxPerChat; a negative cap fails every write
+	// that persists message content.
 	MaxAttachmentsPerChat int
 	// MaxAttachmentBytes bounds one upload; 0 means
 	// DefaultMaxAttachmentBytes.
@@ -51,6 +53,14 @@ type Config struct {
 	// at once; a chat created while they are all busy keeps its fallback
 	// title. 0 means the default.
 	MaxTitleGenerations int
+	// MaxGenerationRetries is how often a background model call (a chat
+	// title) is retried after a retryable error, the worker's generation
+	// retry limit (CHATD_MAX_GENERATION_RETRIES); each call has its own
+	// budget. 0 is no retries.
+	MaxGenerationRetries int
+	// RetryBaseDelay and RetryMaxDelay are those retries' backoff: the
+	// first delay, doubling up to the most. 0 means 500 ms and 10 s.
+	RetryBaseDelay, RetryMaxDelay time.Duration
 }
 
 // Defaults for Config.
@@ -60,6 +70,9 @@ const (
 	DefaultMaxMessageParts     = 100
 	DefaultMaxMessageFiles     = 10
 	DefaultMaxTitleGenerations = 8
+	// DefaultMaxGenerationRetries is the worker's default generation
+	// retry limit, which background model calls share.
+	DefaultMaxGenerationRetries = 25
 )
 
 // Server implements chatdv1.ChatServiceServer.
@@ -120,8 +133,17 @@ func New(cfg Config, d Deps) *Server {
 	if cfg.MaxMessageFiles <= 0 {
 		cfg.MaxMessageFiles = DefaultMaxMessageFiles
 	}
+	if cfg.MaxAttachmentsPerChat == 0 {
+		cfg.MaxAttachmentsPerChat = chatfiles.DefaultMaxPerChat
+	}
 	if cfg.MaxTitleGenerations <= 0 {
 		cfg.MaxTitleGenerations = DefaultMaxTitleGenerations
+	}
+	if cfg.RetryBaseDelay <= 0 {
+		cfg.RetryBaseDelay = titleBaseDelay
+	}
+	if cfg.RetryMaxDelay <= 0 {
+		cfg.RetryMaxDelay = titleMaxDelay
 	}
 	if d.Log == nil {
 		d.Log = slog.Default()
@@ -198,15 +220,20 @@ func (s *Server) update(ctx context.Context, c auth.Claims, rawID string, fn fun
 	if err != nil {
 		return chatstate.Result{}, err
 	}
+	var promoted []time.Time
+	var chat queries.Chat
 	res, err := s.machine.Update(ctx, id, func(tx *chatstate.Tx) error {
 		if !c.Owns(tx.Chat().OwnerID, tx.Chat().OrganizationID) {
 			return errNotYours
 		}
-		return fn(tx)
+		err := fn(tx)
+		promoted, chat = tx.PromotedQueuedAt(), tx.Chat()
+		return err
 	}, opts...)
 	if err != nil {
 		return res, s.fail(ctx, err)
 	}
+	s.recordQueueWaits(ctx, chat, promoted)
 	return res, nil
 }
 

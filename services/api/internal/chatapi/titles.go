@@ -32,12 +32,13 @@ import (
 //
 // The work runs in the api process, on a context that outlives the request
 // and ends when the server closes (Close). It is best-effort: retryable
-// model errors are retried up to titleAttempts times, and a generation that
-// fails leaves the fallback title.
+// model errors are retried up to Config.MaxGenerationRetries times (spec:
+// background generation retries with the generation retry limit, each call
+// with its own budget), within titleTimeout, and a generation that fails
+// leaves the fallback title.
 
 // Title generation limits.
 const (
-	titleAttempts  = 5
 	titleTimeout   = 2 * time.Minute
 	titleBaseDelay = 500 * time.Millisecond
 	titleMaxDelay  = 10 * time.Second
@@ -69,7 +70,8 @@ type TitleHooks struct {
 	// closing or MaxTitleGenerations are running.
 	Skipped func(chatID uuid.UUID)
 	// Stages records the generations' background stages
-	// (titles_telemetry.go); nil uses the otel global providers.
+	// (titles_telemetry.go) and the api's other stages (the queue_wait of
+	// the prompts it promotes); nil uses the otel global providers.
 	Stages *telemetry.Stages
 }
 
@@ -250,14 +252,14 @@ func (s *Server) titleFromModel(ctx context.Context, job titleJob) (string, erro
 		Messages: []llm.Message{{Role: llm.RoleUser, Parts: []chatmsg.Part{chatmsg.Text(job.prompt)}}},
 		Purpose:  llm.PurposeTitle,
 	}
-	delay := titleBaseDelay
+	delay := s.cfg.RetryBaseDelay
 	for attempt := 1; ; attempt++ {
 		req.Attempt = attempt
 		resp, err := titleAttempt(ctx, model, req)
 		if err == nil {
 			return cleanTitle(resp.Content.PlainText()), nil
 		}
-		if !llm.IsRetryable(err) || attempt >= titleAttempts {
+		if !llm.IsRetryable(err) || attempt > s.cfg.MaxGenerationRetries {
 			return "", err
 		}
 		t, wait := time.NewTimer(delay), titleBackoff(ctx, attempt)
@@ -269,7 +271,7 @@ func (s *Server) titleFromModel(ctx context.Context, job titleJob) (string, erro
 		case <-t.C:
 		}
 		wait.End(nil)
-		delay = min(delay*2, titleMaxDelay)
+		delay = min(delay*2, s.cfg.RetryMaxDelay)
 	}
 }
 

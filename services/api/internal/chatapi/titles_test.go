@@ -174,3 +174,37 @@ func TestTitleEmptyCreate(t *testing.T) {
 	require.Equal(t, "Meeting summary", title)
 	require.Equal(t, "generated", source)
 }
+
+// TestTitleRetriesUseTheGenerationRetryLimit: a title request that fails
+// with retryable errors is retried up to the generation retry limit, with
+// its own budget: 7 failures and a limit of 7 retries end in a generated
+// title, 8 failures leave the fallback.
+func TestTitleRetriesUseTheGenerationRetryLimit(t *testing.T) {
+	t.Parallel()
+	p := newTitleProbe(t)
+	close(p.hold)
+	a := startAPI(t, p.option(), func(cfg *chatapi.AppConfig) {
+		cfg.Config.MaxGenerationRetries = 7
+		cfg.Config.RetryBaseDelay, cfg.Config.RetryMaxDelay = time.Millisecond, time.Millisecond
+	})
+
+	r := a.call("POST", "/api/v2/chats", a.user.token, map[string]any{"content": textContent("Plan a trip\n::title Trip\n::title-fail retryable 7")})
+	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
+	out := p.waitWritten(r.str("id"))
+	require.True(t, out.applied)
+	require.Equal(t, "Trip", out.title)
+
+	r = a.call("POST", "/api/v2/chats", a.user.token, map[string]any{"content": textContent("Plan a walk\n::title Walk\n::title-fail retryable 8")})
+	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
+	select {
+	case got := <-p.written:
+		require.Equal(t, r.str("id"), got.chat.String())
+		require.Error(t, got.err, "the eighth retry is past the limit")
+		require.False(t, got.applied)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the title generation never ended")
+	}
+	title, source := a.chatTitle(r.str("id"))
+	require.Equal(t, "Plan a walk", title)
+	require.Equal(t, "fallback", source)
+}

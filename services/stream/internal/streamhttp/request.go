@@ -111,6 +111,11 @@ func (s *Server) parseRequest(w http.ResponseWriter, r *http.Request) (streamReq
 		writeError(w, http.StatusUnauthorized, err.Error())
 		return streamRequest{}, false
 	}
+	if !claims.Allows(auth.ScopeAll) {
+		// A model-discovery token reads no chats.
+		writeError(w, http.StatusForbidden, fmt.Sprintf("this token's scope does not allow reading a chat's stream, which needs %q", auth.ScopeAll))
+		return streamRequest{}, false
+	}
 	rawID := r.PathValue("chat")
 	chatID, err := uuid.Parse(rawID)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/services/stream/internal/streamhttp"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
@@ -33,6 +34,9 @@ func TestRejections(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, status(e.request(id, "", "", "", true)), "no token")
 	require.Equal(t, http.StatusUnauthorized, status(e.request(id, "not-a-jwt", "", "", true)), "bad token")
 	require.Equal(t, http.StatusNotFound, status(e.request(id, e.tokenFor(uuid.New()), "", "", true)), "another user's chat")
+	discovery, err := e.signer.Sign(auth.Claims{UserID: e.user, OrganizationID: e.org, Scopes: []auth.Scope{auth.ScopeModelConfigRead}}, time.Hour)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusForbidden, status(e.request(id, discovery, "", "", true)), "a model-discovery token reads no chat")
 	require.Equal(t, http.StatusNotFound, status(e.request(uuid.New(), e.token, "", "", true)), "no such chat")
 	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "garbage", "", true)), "malformed Last-Event-ID")
 	require.Equal(t, http.StatusBadRequest, status(e.request(id, e.token, "", "%21%21", true)), "malformed cursor")

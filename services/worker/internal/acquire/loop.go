@@ -102,7 +102,13 @@ type Loop struct {
 	// hints are chats named by chat:ownership notifications: the loop tries
 	// each directly, without scanning for candidates. The timer's and
 	// Wake's full passes are the safety net for dropped hints.
-	hints   chan uuid.UUID
+	hints chan uuid.UUID
+	// seen is the highest snapshot_version of each pending hint's
+	// notifications (spec "Notification emission rules"): a duplicate or
+	// older notification of a chat already queued is discarded instead of
+	// costing another lock attempt. A chat's mark is dropped once its hint
+	// was tried, so the map holds only pending hints.
+	seen    notify.Watermark
 	metrics metrics
 
 	// runMu guards running: a release asks Run's passes to admit what a
@@ -188,6 +194,9 @@ func (l *Loop) waitForPass(ctx context.Context, tick <-chan time.Time) bool {
 		case <-l.wake:
 			return true
 		case id := <-l.hints:
+			// Forgotten before the try: a notification that arrives
+			// during it may announce a state the try did not see.
+			l.seen.Forget(id)
 			if _, err := l.TryAcquire(ctx, id); err != nil && !errors.Is(err, ErrNoCapacity) && ctx.Err() == nil {
 				l.cfg.Log.Warn("acquire chat", "chat_id", id.String(), "error", err.Error())
 			}
@@ -204,20 +213,25 @@ func (l *Loop) notified(n *chatdv1.OwnershipNotification) {
 		l.Wake()
 		return
 	}
-	l.hint(n.GetChatId())
+	l.hint(n.GetChatId(), n.GetSnapshotVersion())
 }
 
-// hint queues a chat named by a chat:ownership notification; an unreadable
-// ID or a full queue falls back to a full pass.
-func (l *Loop) hint(chatID string) {
+// hint queues a chat named by a chat:ownership notification at version;
+// one at or below the version of the chat's pending hint is stale and
+// dropped. An unreadable ID or a full queue falls back to a full pass.
+func (l *Loop) hint(chatID string, version int64) {
 	id, err := uuid.Parse(chatID)
 	if err != nil {
 		l.Wake()
 		return
 	}
+	if !l.seen.Accept(id, version) {
+		return
+	}
 	select {
 	case l.hints <- id:
 	default:
+		l.seen.Forget(id)
 		l.Wake()
 	}
 }

@@ -568,3 +568,25 @@ func TestAdmissionGivesUpOnABusyLimiterLock(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, id, (<-spawned).ChatID)
 }
+
+// TestStaleOwnershipNotificationsAreDropped: a chat:ownership notification
+// at or below the snapshot_version of the chat's pending hint (a duplicate,
+// or one reordered behind a newer one) queues no second lock attempt; a
+// newer one does, and once the hint was tried the chat is tracked afresh.
+func TestStaleOwnershipNotificationsAreDropped(t *testing.T) {
+	t.Parallel()
+	// Nothing is run: the notifications are handed over directly.
+	loop := acquire.New(nil, nil, nil, nil, acquire.Config{WorkerID: uuid.New()})
+	chat := uuid.NewString()
+	n := func(v int64) *chatdv1.OwnershipNotification {
+		return &chatdv1.OwnershipNotification{ChatId: chat, SnapshotVersion: v}
+	}
+	loop.Notified(n(5))
+	loop.Notified(n(5)) // duplicate
+	loop.Notified(n(4)) // reordered behind 5
+	require.Equal(t, 1, loop.PendingHints())
+	loop.Notified(n(6))
+	require.Equal(t, 2, loop.PendingHints(), "a newer state is worth another try")
+	loop.Notified(&chatdv1.OwnershipNotification{ChatId: uuid.NewString()})
+	require.Equal(t, 3, loop.PendingHints(), "another chat's watermark is its own")
+}
