@@ -375,7 +375,7 @@ func TestFamilyArchive(t *testing.T) {
 // operation fails and no member changes (it is not skipped).
 func TestFamilyArchiveFailsOnAMemberAlreadyArchived(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	root := h.reach(chatstate.W, 0, false)
 	child := h.createChild(root, false)
 	_, err := h.m.SetFamilyArchived(h.ctx, child, true)
