@@ -139,6 +139,12 @@ func (m *MCPServers) CreateMcpServer(ctx context.Context, req *chatdv1.CreateMcp
 	if p.BearerToken, err = validBearerToken(req.GetBearerToken()); err != nil {
 		return nil, err
 	}
+	if p.ToolEffectPolicies, err = validToolEffectPolicies(req.GetToolEffectPolicies()); err != nil {
+		return nil, err
+	}
+	if p.ToolTimeoutSeconds, err = validToolTimeout(req.GetToolTimeoutSeconds()); err != nil {
+		return nil, err
+	}
 	row, err := m.s.q.MCPServerInsert(ctx, p)
 	if err != nil {
 		return nil, m.mcpWriteError(ctx, err, p.Name)
@@ -157,8 +163,9 @@ func (m *MCPServers) UpdateMcpServer(ctx context.Context, req *chatdv1.UpdateMcp
 	if err != nil {
 		return nil, err
 	}
-	if req.Name == nil && req.Url == nil && req.Headers == nil && req.BearerToken == nil && req.Enabled == nil {
-		return nil, invalid("nothing to update: set name, url, headers, bearer_token and/or enabled")
+	if req.Name == nil && req.Url == nil && req.Headers == nil && req.BearerToken == nil && req.Enabled == nil &&
+		req.ToolEffectPolicies == nil && req.ToolTimeoutSeconds == nil {
+		return nil, invalid("nothing to update: set name, url, headers, bearer_token, enabled, tool_effect_policies and/or tool_timeout_seconds")
 	}
 	p := queries.MCPServerUpdateParams{ID: id, OrganizationID: org, Enabled: req.Enabled, Now: m.s.now()}
 	if req.Name != nil {
@@ -186,6 +193,17 @@ func (m *MCPServers) UpdateMcpServer(ctx context.Context, req *chatdv1.UpdateMcp
 			return nil, err
 		}
 		p.BearerToken = &t
+	}
+	if req.ToolEffectPolicies != nil {
+		if p.ToolEffectPolicies, err = validToolEffectPolicies(req.ToolEffectPolicies); err != nil {
+			return nil, err
+		}
+	}
+	if req.ToolTimeoutSeconds != nil {
+		p.SetToolTimeout = true
+		if p.ToolTimeoutSeconds, err = validToolTimeout(*req.ToolTimeoutSeconds); err != nil {
+			return nil, err
+		}
 	}
 	row, err := m.s.q.MCPServerUpdate(ctx, p)
 	if err != nil {
@@ -359,5 +377,13 @@ func mcpServerToProto(r queries.ChatMcpServer) *chatdv1.McpServer {
 		Id: r.ID.String(), OrganizationId: r.OrganizationID.String(), Name: r.Name, Url: r.Url,
 		HeaderNames: names, HasBearerToken: r.BearerToken != "", Enabled: r.Enabled,
 		CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt),
+		ToolEffectPolicies: toolEffectPoliciesOf(r.ToolEffectPolicies), ToolTimeoutSeconds: derefInt32(r.ToolTimeoutSeconds),
 	}
+}
+
+func derefInt32(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

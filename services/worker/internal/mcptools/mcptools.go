@@ -50,6 +50,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/llm"
 	"github.com/chatd/chatd/services/worker/internal/agenttools"
@@ -233,8 +234,10 @@ func (p *Provider) serverTools(ctx context.Context, srv queries.ChatMcpServer) [
 		out = append(out, agenttools.Tool{
 			Spec: llm.ToolSpec{Name: name, Description: desc, InputSchema: schema},
 			Run: func(ctx context.Context, call agenttools.Call) (json.RawMessage, bool, error) {
-				return p.call(ctx, c, toolName, call.Args)
+				return p.call(ctx, c, toolName, call.Args, call.IdempotencyKey)
 			},
+			Effect:  Effect(srv, t),
+			Timeout: p.callTimeout(srv),
 		})
 	}
 	return out
@@ -310,12 +313,15 @@ func (c *conn) list(ctx context.Context, p *Provider, srv queries.ChatMcpServer)
 }
 
 // call runs one tool call on the server's session.
-func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.RawMessage) (json.RawMessage, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
-	defer cancel()
+// key is the call's idempotency key, sent in params._meta under
+// chatstate.IdempotencyKeyMeta.
+func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.RawMessage, key string) (json.RawMessage, bool, error) {
 	c.mu.Lock()
 	c.used = p.opts.Now()
 	name, srv := c.server.Name, c.server
+	timeout := p.callTimeout(srv)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var session *mcp.ClientSession
 	err := c.withSession(ctx, p, func(s *mcp.ClientSession) error { session = s; return nil })
 	c.mu.Unlock()
@@ -327,6 +333,9 @@ func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.Raw
 		return agenttools.ErrorResult(fmt.Sprintf("MCP server %q is unreachable; the details are in the worker log", name)), true, nil
 	}
 	params := &mcp.CallToolParams{Name: tool, Arguments: args}
+	if key != "" {
+		params.Meta = mcp.Meta{chatstate.IdempotencyKeyMeta: key}
+	}
 	res, err := session.CallTool(ctx, params)
 	if err != nil && errors.Is(err, mcp.ErrSessionMissing) {
 		// The server forgot the session (a restart): the call never ran.
@@ -350,7 +359,7 @@ func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.Raw
 			c.mu.Unlock()
 		}
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-			return agenttools.ErrorResult(fmt.Sprintf("MCP tool %s%s%s did not answer within %s", name, Separator, tool, p.opts.CallTimeout)), true, nil
+			return agenttools.ErrorResult(fmt.Sprintf("MCP tool %s%s%s did not answer within %s", name, Separator, tool, timeout)), true, nil
 		}
 		return agenttools.ErrorResult(scrub(srv, fmt.Sprintf("MCP tool %s%s%s failed: %v", name, Separator, tool, err))), true, nil
 	}

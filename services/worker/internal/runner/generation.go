@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -21,7 +22,6 @@ import (
 	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
-	"github.com/chatd/chatd/services/worker/internal/agenttools"
 	"github.com/chatd/chatd/services/worker/internal/mcptools"
 )
 
@@ -100,7 +100,7 @@ func (r *runner) generate(ctx context.Context, in intent) error {
 			case planStop:
 				return false, r.stopTurn(ctx, in, p)
 			case planTools:
-				return false, r.answerOpenCalls(ctx, in, p)
+				return false, r.runOpenCalls(ctx, in, p)
 			}
 			return r.attempt(ctx, in, p)
 		})
@@ -167,9 +167,23 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scop
 	}
 	p.trigger = turnTrigger(tx.Chat(), msgs)
 	p.turnID = turnID(tx.Chat().ID, msgs)
+	// The worker's own calls are answered first; the client's then wait
+	// in requires_action (a step may hold both).
+	open, err := tx.OpenToolCalls(ctx)
+	if err != nil {
+		return err
+	}
 	pending, err := tx.PendingDynamicToolCalls(ctx)
 	if err != nil {
 		return err
+	}
+	if local := workerCalls(open, pending); len(local) > 0 {
+		if !scope.allows(actionRunTools) {
+			return p.defer_()
+		}
+		// The tools read the calling chat (its family, its project).
+		p.kind, p.open, p.msgs, p.action, p.chat = planTools, local, msgs, actionRunTools, tx.Chat()
+		return nil
 	}
 	if len(pending) > 0 {
 		if !scope.allows(actionRequiresAction) {
@@ -177,18 +191,6 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scop
 		}
 		p.kind, p.action = planDone, actionRequiresAction
 		return tx.EnterRequiresAction(ctx)
-	}
-	open, err := tx.OpenToolCalls(ctx)
-	if err != nil {
-		return err
-	}
-	if len(open) > 0 {
-		if !scope.allows(actionRunTools) {
-			return p.defer_()
-		}
-		// The tools read the calling chat (its family, its project).
-		p.kind, p.open, p.msgs, p.action, p.chat = planTools, open, msgs, actionRunTools, tx.Chat()
-		return nil
 	}
 	if tx.Chat().CompactionRequestedAt != nil && !scope.allows(actionCompaction) {
 		return p.defer_()
@@ -237,6 +239,19 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scop
 	}
 	p.kind, p.chat, p.msgs, p.action = planModel, tx.Chat(), msgs, actionModelCall
 	return nil
+}
+
+// workerCalls are the open calls that are not the client's (pending).
+func workerCalls(open, pending []chatstate.OpenToolCall) []chatstate.OpenToolCall {
+	var out []chatstate.OpenToolCall
+	for _, c := range open {
+		if !slices.ContainsFunc(pending, func(d chatstate.OpenToolCall) bool {
+			return d.MessageID == c.MessageID && d.ToolCallID == c.ToolCallID
+		}) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // finishError parks the chat in error with msg, under the fence; a
@@ -313,7 +328,7 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 	case ctx.Err() != nil:
 		return false, ctx.Err()
 	case callErr == nil:
-		return false, r.commitResponse(ctx, in, p, cfg, tb, resp)
+		return false, r.storeStep(ctx, in, p, cfg, tb, resp)
 	case errors.Is(callErr, errTurnLimit):
 		return false, r.finishError(ctx, in, turnLimitMessage(r.cfg.TurnMaxDuration))
 	case !llm.IsRetryable(callErr):
@@ -498,111 +513,6 @@ type usageJSON struct {
 	ReasoningTokens  int64 `json:"reasoning_tokens,omitempty"`
 }
 
-// commitResponse runs the response's worker-executed tool calls and commits
-// the assistant message with their results in one CommitStep. Dynamic tool
-// calls stay open; the next step enters requires_action. tb is the toolbox
-// the step collected for the model request.
-func (r *runner) commitResponse(ctx context.Context, in intent, p plan, cfg modelconfig.ModelConfig, tb *agenttools.Toolbox, resp llm.Response) error {
-	dynamic, err := chatstate.DynamicToolNames(p.chat.DynamicTools)
-	if err != nil {
-		return err
-	}
-	content := resp.Content
-	// Admission first (toolhooks.go): pre_tool_use for every call the
-	// toolbox would run, sequentially, before any tool runs or anything is
-	// stored. A denied call gets a synthetic error result; an override is
-	// stored with the call and run.
-	th := r.toolHooks()
-	answered := map[int]chatmsg.Part{}
-	hooked := map[int]ToolCall{}
-	var effects []chatstate.NewMessage
-	for i, part := range content {
-		if part.Type != chatmsg.PartToolCall {
-			continue
-		}
-		if len(part.Args) > 0 && !json.Valid(part.Args) {
-			// Storage needs valid JSON: keep the raw arguments as a string
-			// and answer the call with an error instead of running it.
-			raw, _ := json.Marshal(string(part.Args))
-			content[i].Args = raw
-			answered[i] = chatmsg.ToolResult(part.ToolCallID, part.ToolName, errorResult("the tool call arguments are not valid JSON"), true)
-			continue
-		}
-		var call ToolCall
-		if dynamic[part.ToolName] {
-			// Client-executed: admitted here too; the api dispatches
-			// post_tool_use when the client submits the result.
-			call = dynamicCall(part)
-		} else {
-			var ok bool
-			if call, ok = hookable(tb, part); !ok {
-				continue // rejected by the toolbox before execution: no dispatch
-			}
-		}
-		dec, err := th.PreToolUse(ctx, p.chat, call)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return r.finishError(ctx, in, "the pre_tool_use hook failed: "+err.Error())
-		}
-		effects = append(effects, dec.Messages...)
-		if dec.Deny {
-			answered[i] = chatmsg.ToolResult(part.ToolCallID, part.ToolName, DeniedResult(dec.Reason), true)
-			continue
-		}
-		if dec.Input != nil {
-			content[i].Args = dec.Input
-			content[i].PolicyModified = true
-			call.Input = dec.Input
-		}
-		hooked[i] = call
-	}
-	var hookErr error
-	for i, part := range content {
-		if hookErr != nil {
-			break // the remaining calls stay open; a resumed turn runs them
-		}
-		if _, done := answered[i]; done || part.Type != chatmsg.PartToolCall || dynamic[part.ToolName] {
-			continue
-		}
-		tctx, fatal := agenttools.WithFatal(ctx)
-		out, isErr := runTool(tctx, tb, part.ToolCallID, part.ToolName, part.Args)
-		answered[i] = chatmsg.ToolResult(part.ToolCallID, part.ToolName, out, isErr)
-		if err := fatal(); err != nil {
-			hookErr = err // e.g. a subagent spawn's user_prompt_submit failed
-			continue
-		}
-		if call, ok := hooked[i]; ok {
-			msgs, err := th.PostToolUse(ctx, p.chat, call, out, isErr)
-			hookErr = err
-			effects = append(effects, msgs...)
-		}
-	}
-	var results chatmsg.Content
-	for i := range content {
-		if res, ok := answered[i]; ok {
-			results = append(results, res)
-		}
-	}
-	u := resp.Usage
-	usage, err := json.Marshal(usageJSON{
-		PromptTokens: u.PromptTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens,
-		CacheWriteTokens: u.CacheWriteTokens, ReasoningTokens: u.ReasoningTokens,
-	})
-	if err != nil {
-		return fmt.Errorf("error encoding usage: %w", err)
-	}
-	step := chatstate.Step{Messages: []chatstate.NewMessage{{
-		Role: chatstate.RoleAssistant, Content: content, ModelConfigID: &cfg.ID, Usage: usage,
-	}}}
-	if len(results) > 0 {
-		step.Messages = append(step.Messages, chatstate.NewMessage{Role: chatstate.RoleTool, Content: results})
-	}
-	step.Messages = append(step.Messages, effects...)
-	return r.commitToolStep(ctx, in, step, hookErr)
-}
-
 // commitStep applies CommitStep under the fence, in the commit stage, and
 // in the same bundle what ends the turn when the step leaves nothing to do
 // (bundle.go). A transient database failure is retried with the same step
@@ -632,55 +542,4 @@ func (r *runner) commitStep(ctx context.Context, in intent, step chatstate.Step)
 	}
 	commit.End(stageError(ctx, err))
 	return err
-}
-
-// answerOpenCalls runs the open worker-executed tool calls found in history
-// (left by a replica that crashed before committing their results) and
-// commits the results as one step.
-func (r *runner) answerOpenCalls(ctx context.Context, in intent, p plan) error {
-	args := map[string]json.RawMessage{}
-	for _, m := range p.msgs {
-		if m.Role != chatstate.RoleAssistant {
-			continue
-		}
-		content, err := chatmsg.ParseContent(m.Content)
-		if err != nil {
-			return err
-		}
-		for _, part := range content {
-			if part.Type == chatmsg.PartToolCall {
-				args[part.ToolCallID] = part.Args
-			}
-		}
-	}
-	tb, err := r.toolbox(ctx, p.chat)
-	if err != nil {
-		return err
-	}
-	results := make(chatmsg.Content, 0, len(p.open))
-	// Stored calls were admitted before they were stored: they run with
-	// their stored input, and post_tool_use reports each (toolhooks.go).
-	th := r.toolHooks()
-	var effects []chatstate.NewMessage
-	var hookErr error
-	for _, c := range p.open {
-		if hookErr != nil {
-			break // the rest stay open for the resumed turn
-		}
-		tctx, fatal := agenttools.WithFatal(ctx)
-		out, isErr := runTool(tctx, tb, c.ToolCallID, c.ToolName, args[c.ToolCallID])
-		results = append(results, chatmsg.ToolResult(c.ToolCallID, c.ToolName, out, isErr))
-		if err := fatal(); err != nil {
-			hookErr = err
-			continue
-		}
-		if call, ok := hookable(tb, chatmsg.ToolCall(c.ToolCallID, c.ToolName, args[c.ToolCallID])); ok {
-			msgs, err := th.PostToolUse(ctx, p.chat, call, out, isErr)
-			hookErr = err
-			effects = append(effects, msgs...)
-		}
-	}
-	step := chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleTool, Content: results}}}
-	step.Messages = append(step.Messages, effects...)
-	return r.commitToolStep(ctx, in, step, hookErr)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
@@ -82,22 +81,41 @@ func (r *runner) interrupt(ctx context.Context, in intent) error {
 }
 
 // partialMessage builds the interrupted assistant message from an episode's
-// streamed text deltas; nil when there is no text.
+// streamed deltas: everything the watchers were shown, text, reasoning and
+// tool calls, as parts in the order the model streamed them (deltas of one
+// part joined). A tool call in it never ran: FinishInterruption answers it
+// as interrupted. nil when nothing was streamed.
 func partialMessage(parts []partbuf.Part) []chatstate.NewMessage {
-	var b strings.Builder
+	var content chatmsg.Content
+	at := map[int]int{} // streamed part index -> position in content
 	for _, p := range parts {
 		var d streamPart
 		if err := json.Unmarshal(p.Data, &d); err != nil {
 			continue
 		}
-		if d.Type == chatmsg.PartText {
-			b.WriteString(d.Text)
+		switch d.Type {
+		case chatmsg.PartText, chatmsg.PartReasoning:
+			if i, ok := at[d.Index]; ok && content[i].Type == d.Type {
+				content[i].Text += d.Text
+				continue
+			}
+			if d.Text == "" {
+				continue
+			}
+		case chatmsg.PartToolCall:
+			if d.ToolCallID == "" || d.ToolName == "" {
+				continue
+			}
+		default:
+			continue
 		}
+		at[d.Index] = len(content)
+		content = append(content, d.Part)
 	}
-	if b.Len() == 0 {
+	if len(content) == 0 {
 		return nil
 	}
-	return []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: chatmsg.Content{chatmsg.Text(b.String())}}}
+	return []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: content}}
 }
 
 // actionTimeout is the dynamic tools timeout goroutine: it waits for the

@@ -1,0 +1,247 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
+	"github.com/chatd/chatd/services/worker/internal/agenttools"
+)
+
+// Results of calls that did not run to a result.
+const (
+	// interruptedResult answers a never_retry call that may have started
+	// on a worker that did not store its result.
+	interruptedResult = "the tool call was interrupted before its result was stored; it may or may not have taken effect. Check its effect before calling it again, or ask the user"
+	// notRunResult answers the calls of a batch left when a hook failed.
+	notRunResult = "the tool call did not run: a lifecycle hook failed earlier in the same step"
+)
+
+// openCall is a stored call that has no result yet, with what it runs
+// with.
+type openCall struct {
+	chatstate.OpenToolCall
+	part chatmsg.Part // the stored tool-call part: input, key
+	key  string
+}
+
+// runOpenCalls is the "run the calls" and "store the results" stages: it
+// runs the stored step's open worker-executed calls by their effect policy
+// and stores their results as one step. It runs the same way whether the
+// step was stored a moment ago by this runner or long ago by a worker that
+// died: a resumed turn continues from the stored calls and never calls the
+// model again for them.
+//
+// Policy (agenttools.Effect): a never_retry call is recorded as started
+// before it runs (a cheap write for those calls only); a never_retry call
+// found already started is not run again and gets interruptedResult. A
+// retry call runs again with the same idempotency key. A call that never
+// started runs normally.
+//
+// The results are stored together, in one CommitStep after the batch: each
+// stored result would change history_version, and a new history version
+// replaces the generation goroutine (spec "Generation goroutine": parallel
+// results are inserted in bulk). A call that finished before a crash but
+// whose batch was not stored follows its policy like any call that started.
+//
+// A hook that fails (post_tool_use, or a subagent spawn's
+// user_prompt_submit) stops the batch: the calls after it are answered
+// with notRunResult, and the results are stored with the turn's error in
+// one bundle, so no call is ever left open.
+func (r *runner) runOpenCalls(ctx context.Context, in intent, p plan) error {
+	calls, err := openCallsOf(p)
+	if err != nil {
+		return err
+	}
+	tb, err := r.toolbox(ctx, p.chat)
+	if err != nil {
+		return err
+	}
+	started, err := r.startedCalls(ctx, p.chat.ID, calls, tb)
+	if err != nil {
+		return err
+	}
+	th := r.toolHooks()
+	results := make(chatmsg.Content, 0, len(calls))
+	var effects []chatstate.NewMessage
+	var hookErr error
+	for _, c := range calls {
+		answer := func(out []byte, isErr bool) {
+			results = append(results, chatmsg.ToolResult(c.ToolCallID, c.ToolName, out, isErr))
+		}
+		switch {
+		case hookErr != nil:
+			answer(errorResult(notRunResult), true)
+			continue
+		case runsOnce(tb, c) && started[startKey{c.MessageID, c.ToolCallID}]:
+			answer(errorResult(interruptedResult), true)
+			continue
+		case runsOnce(tb, c):
+			if err := r.recordStart(ctx, p.chat.ID, c); err != nil {
+				return err
+			}
+		}
+		tctx, fatal := agenttools.WithFatal(ctx)
+		out, isErr, err := r.runCall(tctx, tb, c)
+		if err != nil {
+			return err // ctx ended: an interrupt or a new owner answers the calls
+		}
+		answer(out, isErr)
+		if err := fatal(); err != nil {
+			hookErr = err // e.g. a subagent spawn's user_prompt_submit failed
+			continue
+		}
+		if call, ok := hookable(tb, c.part); ok {
+			call.Key = c.key
+			msgs, err := th.PostToolUse(ctx, p.chat, call, out, isErr)
+			if err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			hookErr = err
+			effects = append(effects, msgs...)
+		}
+	}
+	step := chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleTool, Content: results}}}
+	step.Messages = append(step.Messages, effects...)
+	return r.commitToolStep(ctx, in, step, hookErr)
+}
+
+// openCallsOf pairs the plan's open calls with their stored parts.
+func openCallsOf(p plan) ([]openCall, error) {
+	parts := map[startKey]chatmsg.Part{}
+	for _, m := range p.msgs {
+		if m.Role != chatstate.RoleAssistant {
+			continue
+		}
+		content, err := chatmsg.ParseContent(m.Content)
+		if err != nil {
+			return nil, err
+		}
+		for _, part := range content {
+			if part.Type == chatmsg.PartToolCall {
+				parts[startKey{m.ID, part.ToolCallID}] = part
+			}
+		}
+	}
+	out := make([]openCall, 0, len(p.open))
+	for _, c := range p.open {
+		part, ok := parts[startKey{c.MessageID, c.ToolCallID}]
+		if !ok {
+			return nil, fmt.Errorf("open tool call %s of message %d is not in the chat's history", c.ToolCallID, c.MessageID)
+		}
+		key := chatstate.StoredCallKey(p.chat.ID, c.MessageID, part.IdempotencyKey, c.ToolCallID)
+		out = append(out, openCall{OpenToolCall: c, part: part, key: key})
+	}
+	return out, nil
+}
+
+// startKey names a stored call.
+type startKey struct {
+	messageID  int64
+	toolCallID string
+}
+
+// runsOnce reports whether c is a call the toolbox would run whose policy
+// is never_retry. A call the toolbox rejects never runs, so it needs no
+// start record.
+func runsOnce(tb *agenttools.Toolbox, c openCall) bool {
+	if _, ok := tb.Check(c.ToolName, c.part.Args); !ok {
+		return false
+	}
+	return tb.Effect(c.ToolName) == agenttools.EffectNeverRetry
+}
+
+// startedCalls reads which of the never_retry calls among calls have a
+// start record: they may have taken effect on a worker that did not store
+// their results.
+func (r *runner) startedCalls(ctx context.Context, chatID uuid.UUID, calls []openCall, tb *agenttools.Toolbox) (map[startKey]bool, error) {
+	var ids []int64
+	for _, c := range calls {
+		if runsOnce(tb, c) {
+			ids = append(ids, c.MessageID)
+		}
+	}
+	started := map[startKey]bool{}
+	if len(ids) == 0 {
+		return started, nil
+	}
+	rows, err := queries.New(r.deps.Pool).ToolCallStartsOf(ctx, queries.ToolCallStartsOfParams{ChatID: chatID, MessageIds: ids})
+	if err != nil {
+		return nil, fmt.Errorf("read the start records of chat %s's open tool calls: %w", chatID, err)
+	}
+	for _, row := range rows {
+		started[startKey{row.MessageID, row.ToolCallID}] = true
+	}
+	return started, nil
+}
+
+// recordStart durably records that never_retry call c is about to run.
+// It is no transition (it changes neither history nor state) and needs no
+// fence: a stale runner that records a start is about to run the call, so
+// the record is true either way.
+func (r *runner) recordStart(ctx context.Context, chatID uuid.UUID, c openCall) error {
+	for failures := 0; ; failures++ {
+		err := queries.New(r.deps.Pool).ToolCallStartRecord(ctx, queries.ToolCallStartRecordParams{
+			ChatID: chatID, MessageID: c.MessageID, ToolCallID: c.ToolCallID,
+		})
+		if err == nil || ctx.Err() != nil || !transientDBError(err) {
+			if err != nil {
+				return fmt.Errorf("record the start of tool call %s: %w", c.ToolCallID, err)
+			}
+			return nil
+		}
+		if !sleep(ctx, r.clock, backoff(r.cfg.RetryBaseDelay, r.cfg.RetryMaxDelay, failures)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// runCall runs one call under its deadline (the tool's own, else
+// Config.ToolTimeout). A call that runs past it is answered with an error
+// result; the tool's context is cancelled and the turn goes on without
+// waiting for it. err is set only when ctx ended: the runner was
+// interrupted or replaced, and the interrupt or the next owner answers the
+// call.
+func (r *runner) runCall(ctx context.Context, tb *agenttools.Toolbox, c openCall) (out []byte, isErr bool, err error) {
+	timeout := tb.Timeout(c.ToolName)
+	if timeout <= 0 {
+		timeout = r.cfg.ToolTimeout
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	type result struct {
+		out   []byte
+		isErr bool
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, isErr := runTool(cctx, tb, c.ToolCallID, c.ToolName, c.part.Args, c.key)
+		done <- result{out, isErr}
+	}()
+	var deadline <-chan time.Time
+	if timeout > 0 {
+		t := r.clock.NewTimer(timeout)
+		defer t.Stop()
+		deadline = t.Chan()
+	}
+	select {
+	case res := <-done:
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		return res.out, res.isErr, nil
+	case <-deadline:
+		cancel(errToolTimeout)
+		return errorResult(fmt.Sprintf("the tool call did not finish within %s", timeout)), true, nil
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+}
+
+var errToolTimeout = errors.New("the tool call ran past its deadline")
