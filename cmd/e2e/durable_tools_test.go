@@ -124,7 +124,11 @@ type toolStack struct {
 func startToolStack(t *testing.T, workers int, tool string, extra ...string) *toolStack {
 	t.Helper()
 	ts := &toolStack{ops: startOpsServer(t)}
-	ts.model = strictllm.Start(t, func(_ int, msgs []strictllm.Message) strictllm.Reply {
+	ts.model = strictllm.Start(t, func(_ int, req strictllm.Request) strictllm.Reply {
+		msgs := req.Messages
+		if req.Tools == 0 {
+			return strictllm.Reply{Text: "A title"} // the chat's title
+		}
 		if msgs[len(msgs)-1].Role == "tool" {
 			return strictllm.Reply{Text: "done"}
 		}
@@ -262,7 +266,7 @@ func TestToolRunSurvivesWorkerKill(t *testing.T) {
 			ts.Workers[victim].Kill(t)
 			ts.awaitStatus(t, chat, "waiting", 90*time.Second)
 
-			require.Equal(t, 2, ts.model.Calls(), "one model call for the step, one for the answer to its result: the stored step is not generated again")
+			require.Equal(t, 2, ts.model.AgentCalls(), "one model call for the step, one for the answer to its result: the stored step is not generated again")
 			require.Empty(t, ts.model.Refusals())
 			_, results, isErr := ts.storedCall(t, chat)
 			require.Len(t, results, 1)

@@ -41,19 +41,27 @@ type Reply struct {
 	Calls []Call
 }
 
+// Request is one accepted call: its messages and the number of tools it
+// offered (chatd's agent loop offers its tools; a title request offers
+// none).
+type Request struct {
+	Messages []Message
+	Tools    int
+}
+
 // Server is the provider double. Answer decides the reply to the n-th
-// accepted call (from 1) given its messages.
+// accepted call (from 1).
 type Server struct {
 	URL    string // the base URL a provider's base_url takes (…/v1)
-	Answer func(n int, msgs []Message) Reply
+	Answer func(n int, req Request) Reply
 
 	mu       sync.Mutex
-	calls    int
+	requests []Request
 	refusals []string
 }
 
 // Start serves a Server until the test ends.
-func Start(t testing.TB, answer func(n int, msgs []Message) Reply) *Server {
+func Start(t testing.TB, answer func(n int, req Request) Reply) *Server {
 	t.Helper()
 	s := &Server{Answer: answer}
 	srv := httptest.NewServer(http.HandlerFunc(s.serve))
@@ -66,7 +74,26 @@ func Start(t testing.TB, answer func(n int, msgs []Message) Reply) *Server {
 func (s *Server) Calls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.calls
+	return len(s.requests)
+}
+
+// Requests are the calls the server answered, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// AgentCalls is the number of answered calls that offered tools: the
+// agent loop's, not a title's.
+func (s *Server) AgentCalls() int {
+	n := 0
+	for _, r := range s.Requests() {
+		if r.Tools > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // Refusals are the reasons of the requests the server refused.
@@ -82,7 +109,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req struct {
-		Messages []Message `json:"messages"`
+		Messages []Message        `json:"messages"`
+		Tools    []map[string]any `json:"tools"`
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		refuse(w, "could not parse the JSON body of your request")
@@ -95,11 +123,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		refuse(w, why)
 		return
 	}
+	accepted := Request{Messages: req.Messages, Tools: len(req.Tools)}
 	s.mu.Lock()
-	s.calls++
-	n := s.calls
+	s.requests = append(s.requests, accepted)
+	n := len(s.requests)
 	s.mu.Unlock()
-	reply := s.Answer(n, req.Messages)
+	reply := s.Answer(n, accepted)
 	w.Header().Set("Content-Type", "text/event-stream")
 	chunk := func(choices string) {
 		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-%d\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"strict\",\"choices\":%s}\n\n", n, choices)

@@ -104,6 +104,9 @@ type Provider struct {
 
 	mu    sync.Mutex
 	conns map[uuid.UUID]*conn // by server ID
+	// progress routes a server's notifications/progress to the call that
+	// asked for them, by progress token (the call's idempotency key).
+	progress sync.Map // string -> func(agenttools.Progress)
 	// connects counts successful connections, for tests and metrics.
 	connects atomic.Int64
 }
@@ -335,6 +338,13 @@ func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.Raw
 	params := &mcp.CallToolParams{Name: tool, Arguments: args}
 	if key != "" {
 		params.Meta = mcp.Meta{chatstate.IdempotencyKeyMeta: key}
+		if report := agenttools.ProgressListener(ctx); report != nil {
+			// The server's notifications/progress for this call reach
+			// the call's watchers as live parts.
+			params.SetProgressToken(key)
+			p.progress.Store(key, report)
+			defer p.progress.Delete(key)
+		}
 	}
 	res, err := session.CallTool(ctx, params)
 	if err != nil && errors.Is(err, mcp.ErrSessionMissing) {
@@ -438,7 +448,8 @@ func (p *Provider) connect(ctx context.Context, srv queries.ChatMcpServer) (*mcp
 		DisableStandaloneSSE: true,
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "chatd-worker", Version: "v1"}, &mcp.ClientOptions{
-		Logger: p.opts.Log.With(slog.String("mcp_server", srv.Name)),
+		Logger:                      p.opts.Log.With(slog.String("mcp_server", srv.Name)),
+		ProgressNotificationHandler: p.onProgress,
 	})
 	start := connectStart(ctx)
 	s, err := client.Connect(ctx, transport, nil)
@@ -543,4 +554,18 @@ func ResultText(res *mcp.CallToolResult) string {
 		}
 	}
 	return strings.Join(parts, "\n")
+}
+
+// onProgress forwards a server's notifications/progress to the call whose
+// progress token it names.
+func (p *Provider) onProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	token, ok := req.Params.ProgressToken.(string)
+	if !ok {
+		return
+	}
+	if report, ok := p.progress.Load(token); ok {
+		report.(func(agenttools.Progress))(agenttools.Progress{
+			Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message,
+		})
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/llm"
+	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/services/worker/internal/agenttools"
 	"github.com/chatd/chatd/services/worker/internal/runner"
 )
@@ -139,7 +140,26 @@ func TestStepIsStoredBeforeItsToolRuns(t *testing.T) {
 	require.Equal(t, "gate", call.ToolName)
 	require.NotEmpty(t, call.IdempotencyKey)
 	require.Equal(t, call.IdempotencyKey, key, "the tool runs with the stored key")
-	require.Equal(t, chatstate.StatusRunning, e.chat(id).Status)
+	c := e.chat(id)
+	require.Equal(t, chatstate.StatusRunning, c.Status)
+	// Watchers see the call running: a live tool-status part in the
+	// episode of the stored step's history.
+	ep := partbuf.Episode{ChatID: id, HistoryVersion: c.HistoryVersion, GenerationAttempt: c.GenerationAttempt}
+	parts, err := e.parts.GetParts(ep)
+	require.NoError(t, err)
+	require.Len(t, parts, 1)
+	require.Equal(t, "tool", parts[0].Role)
+	var status struct {
+		Type       string     `json:"type"`
+		ToolCallID string     `json:"tool_call_id"`
+		State      string     `json:"state"`
+		StartedAt  *time.Time `json:"started_at"`
+	}
+	require.NoError(t, json.Unmarshal(parts[0].Data, &status))
+	require.Equal(t, "tool-status", status.Type)
+	require.Equal(t, "running", status.State)
+	require.Equal(t, call.ToolCallID, status.ToolCallID)
+	require.NotNil(t, status.StartedAt)
 
 	close(tool.gate)
 	e.waitStatus(id, chatstate.StatusWaiting, 0)

@@ -68,10 +68,12 @@ func (r *runner) runOpenCalls(ctx context.Context, in intent, p plan) error {
 		return err
 	}
 	th := r.toolHooks()
+	live := r.openToolParts(in, p.chat.GenerationAttempt)
+	defer live.close()
 	results := make(chatmsg.Content, 0, len(calls))
 	var effects []chatstate.NewMessage
 	var hookErr error
-	for _, c := range calls {
+	for i, c := range calls {
 		answer := func(out []byte, isErr bool) {
 			results = append(results, chatmsg.ToolResult(c.ToolCallID, c.ToolName, out, isErr))
 		}
@@ -88,10 +90,14 @@ func (r *runner) runOpenCalls(ctx context.Context, in intent, p plan) error {
 			}
 		}
 		tctx, fatal := agenttools.WithFatal(ctx)
+		tctx = agenttools.WithProgress(tctx, func(pr agenttools.Progress) { live.progress(i, c, pr) })
+		began := r.clock.Now()
+		live.started(i, c, began)
 		out, isErr, err := r.runCall(tctx, tb, c)
 		if err != nil {
 			return err // ctx ended: an interrupt or a new owner answers the calls
 		}
+		live.finished(i, c, began, r.clock.Now(), isErr)
 		answer(out, isErr)
 		if err := fatal(); err != nil {
 			hookErr = err // e.g. a subagent spawn's user_prompt_submit failed
