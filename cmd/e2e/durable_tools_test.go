@@ -242,16 +242,20 @@ func (ts *toolStack) storedCall(t *testing.T, chat string) (key string, results 
 	return key, results, resultErr
 }
 
-// For each policy, kill -9 the worker that runs the tool: before the kill
-// the history already holds the step; after the takeover the model is not
+// For each policy, kill -9 the worker that runs the tool, or drain it
+// (SIGTERM) with a drain time shorter than the tool: before the stop the
+// history already holds the step; after the takeover the model is not
 // called again for it; a retry tool runs again with the same key, a
 // never_retry tool does not and is answered "interrupted"; the turn ends.
 func TestToolRunSurvivesWorkerKill(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct{ tool, policy string }{{"read", "retry"}, {"write", "never_retry"}} {
-		t.Run(tc.policy, func(t *testing.T) {
+	for _, tc := range []struct{ tool, policy, stop string }{
+		{"read", "retry", "kill"}, {"write", "never_retry", "kill"},
+		{"read", "retry", "drain"}, {"write", "never_retry", "drain"},
+	} {
+		t.Run(tc.policy+"/"+tc.stop, func(t *testing.T) {
 			t.Parallel()
-			ts := startToolStack(t, 2, tc.tool)
+			ts := startToolStack(t, 2, tc.tool, "CHATD_DRAIN_SECONDS=1")
 			chat := ts.send(t, "go")
 			ts.ops.waitStarted(t, ts.Stack, tc.tool)
 
@@ -263,7 +267,13 @@ func TestToolRunSurvivesWorkerKill(t *testing.T) {
 			victim := ts.Owner(t, chat)
 			require.GreaterOrEqual(t, victim, 0)
 			ts.ops.release() // a run on the next owner answers at once
-			ts.Workers[victim].Kill(t)
+			if tc.stop == "kill" {
+				ts.Workers[victim].Kill(t)
+			} else {
+				// The drain gives the turn 1 s, the tool runs on: the
+				// worker releases the chat and exits.
+				ts.Workers[victim].Terminate(t)
+			}
 			ts.awaitStatus(t, chat, "waiting", 90*time.Second)
 
 			require.Equal(t, 2, ts.model.AgentCalls(), "one model call for the step, one for the answer to its result: the stored step is not generated again")
