@@ -342,15 +342,17 @@ func (r *runner) commitStep(ctx context.Context, in intent, step chatstate.Step)
 	_, commit := r.stages.Start(ctx, telemetry.StageCommit)
 	var attempt int64
 	var finish plan
-	_, err := r.commit(ctx, in, "commit_step", func(tx *chatstate.Tx) error {
+	var began time.Time
+	_, err := r.commitThen(ctx, in, "commit_step", func(tx *chatstate.Tx) error {
 		attempt = tx.Chat().GenerationAttempt
 		if _, err := tx.CommitStep(ctx, step); err != nil {
 			return err
 		}
 		var err error
+		began = r.clock.Now()
 		finish, err = r.finishInBundle(ctx, tx)
 		return err
-	})
+	}, func(res chatstate.Result) { r.handOff(res.Chat, finish, began) })
 	commit.SetAttributes(attribute.Int64(telemetry.AttrAttempt, attempt))
 	if err == nil && finish.kind == planDone {
 		commit.SetAttributes(attribute.String(telemetry.AttrGenerationAction, finish.action))

@@ -16,6 +16,12 @@ import (
 // update applies fn as one fenced bundle: the fence is checked first, and a
 // committed bundle's snapshot is fed back to the loop (the fast path).
 func (r *runner) update(ctx context.Context, in intent, fn func(tx *chatstate.Tx) error) (chatstate.Result, error) {
+	return r.updateThen(ctx, in, fn, nil)
+}
+
+// updateThen is update, calling committed (when not nil) with the result
+// before the snapshot is fed back to the loop.
+func (r *runner) updateThen(ctx context.Context, in intent, fn func(tx *chatstate.Tx) error, committed func(chatstate.Result)) (chatstate.Result, error) {
 	res, err := r.deps.Machine.Update(ctx, r.spec.ChatID, func(tx *chatstate.Tx) error {
 		if err := tx.CheckFence(in.fence()); err != nil {
 			return err
@@ -24,6 +30,9 @@ func (r *runner) update(ctx context.Context, in intent, fn func(tx *chatstate.Tx
 	})
 	if err != nil {
 		return res, err
+	}
+	if committed != nil {
+		committed(res)
 	}
 	r.submit(EventFromChat(res.Chat))
 	return res, nil
