@@ -425,11 +425,14 @@ type ChatRequest struct {
 	OrganizationID uuid.UUID
 }
 
-type ChatToolCallStart struct {
+type ChatToolCallRun struct {
 	ChatID     uuid.UUID
 	MessageID  int64
 	ToolCallID string
-	StartedAt  time.Time
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	Result     json.RawMessage
+	IsError    bool
 }
 
 type ChatUserCompactionThreshold struct {

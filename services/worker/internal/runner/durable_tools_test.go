@@ -256,9 +256,11 @@ func TestNeverRetryCallRecordsItsStartAndRuns(t *testing.T) {
 	tool.waitStarted(t)
 	open := e.openCalls(id)
 	require.Len(t, open, 1)
-	starts, err := queries.New(e.pool).ToolCallStartsOf(e.ctx, queries.ToolCallStartsOfParams{ChatID: id, MessageIds: []int64{open[0].MessageID}})
+	runs, err := queries.New(e.pool).ToolCallRunsOf(e.ctx, queries.ToolCallRunsOfParams{ChatID: id, MessageIds: []int64{open[0].MessageID}})
 	require.NoError(t, err)
-	require.Len(t, starts, 1, "the start is recorded before the call runs")
+	require.Len(t, runs, 1)
+	require.NotNil(t, runs[0].StartedAt, "the start is recorded before the call runs")
+	require.Nil(t, runs[0].FinishedAt)
 	close(tool.gate)
 	e.waitStatus(id, chatstate.StatusWaiting, 0)
 	require.Len(t, tool.runs(), 1)
@@ -324,4 +326,36 @@ func TestInterruptDuringAToolRun(t *testing.T) {
 		defer tool.mu.Unlock()
 		return len(tool.ctxErrs) == 1
 	}, waitFor, tick, "the running call's context was cancelled")
+}
+
+// An interrupt while the second call of a batch runs keeps the first
+// call's real result (recorded when it finished) and answers the second
+// as interrupted. A runner that resumes such a batch uses the recorded
+// result instead of running the call again.
+func TestInterruptKeepsTheResultsOfFinishedCalls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	rid := uuid.New()
+	id := e.create("::tool quick {}\n::tool gate {}", rid)
+	quick := newGateTool("quick", agenttools.EffectNeverRetry, false)
+	gate := newGateTool("gate", agenttools.EffectNeverRetry, true)
+	e.runWith(runner.Deps{ToolProviders: []agenttools.Provider{quick.provider(), gate.provider()}},
+		runner.Spec{ChatID: id, WorkerID: e.worker, RunnerID: rid})
+
+	gate.waitStarted(t)
+	require.Len(t, quick.runs(), 1)
+	e.do(id, func(tx *chatstate.Tx) error { _, err := tx.Interrupt(e.ctx); return err })
+	e.waitStatus(id, chatstate.StatusWaiting, 0)
+	require.Empty(t, e.openCalls(id))
+	results := e.toolResults(id)
+	require.Len(t, results, 2)
+	byTool := map[string]chatmsg.Part{}
+	for _, r := range results {
+		byTool[r.ToolName] = r
+	}
+	require.False(t, byTool["quick"].IsError, "the finished call's result is kept")
+	require.JSONEq(t, `"ran"`, string(byTool["quick"].Result))
+	require.True(t, byTool["gate"].IsError)
+	require.Contains(t, string(byTool["gate"].Result), chatstate.ReasonInterrupted)
+	require.Len(t, quick.runs(), 1)
 }

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/telemetry"
 )
@@ -78,15 +80,56 @@ func (r *runner) interrupt(ctx context.Context, in intent) error {
 				return fmt.Errorf("error reading parts of episode %s: %w", ep, err)
 			}
 		}
+		finished, err := finishedResults(ctx, tx)
+		if err != nil {
+			return err
+		}
 		r.turns.invalidate(tctx, telemetry.OutcomeInterrupted, nil)
 		queuedAt = queueHead(ctx, tx)
-		_, err := tx.FinishInterruption(ctx, partialMessage(parts))
+		_, err = tx.FinishInterruption(ctx, append(finished, partialMessage(parts)...))
 		return err
 	})
 	if err != nil {
 		queuedAt = nil // nothing was promoted
 	}
 	return err
+}
+
+// finishedResults are the results of the open calls that finished while
+// their batch ran on (run_calls.go), as one tool message, read in the
+// bundle: an interrupt keeps them; FinishInterruption answers the other
+// open calls as interrupted.
+func finishedResults(ctx context.Context, tx *chatstate.Tx) ([]chatstate.NewMessage, error) {
+	open, err := tx.OpenToolCalls(ctx)
+	if err != nil || len(open) == 0 {
+		return nil, err
+	}
+	ids := make([]int64, 0, 1)
+	for _, c := range open {
+		if !slices.Contains(ids, c.MessageID) {
+			ids = append(ids, c.MessageID)
+		}
+	}
+	rows, err := tx.Queries().ToolCallRunsOf(ctx, queries.ToolCallRunsOfParams{ChatID: tx.Chat().ID, MessageIds: ids})
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of chat %s's open tool calls: %w", tx.Chat().ID, err)
+	}
+	done := map[startKey]callRun{}
+	for _, row := range rows {
+		if run := runOf(row); run.finished {
+			done[startKey{row.MessageID, row.ToolCallID}] = run
+		}
+	}
+	var results chatmsg.Content
+	for _, c := range open {
+		if run, ok := done[startKey{c.MessageID, c.ToolCallID}]; ok {
+			results = append(results, chatmsg.ToolResult(c.ToolCallID, c.ToolName, run.result, run.isError))
+		}
+	}
+	if len(results) == 0 {
+		return nil, nil
+	}
+	return []chatstate.NewMessage{{Role: chatstate.RoleTool, Content: results}}, nil
 }
 
 // partialMessage builds the interrupted assistant message from an episode's

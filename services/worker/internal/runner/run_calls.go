@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -44,11 +45,14 @@ type openCall struct {
 // retry call runs again with the same idempotency key. A call that never
 // started runs normally.
 //
-// The results are stored together, in one CommitStep after the batch: each
-// stored result would change history_version, and a new history version
-// replaces the generation goroutine (spec "Generation goroutine": parallel
-// results are inserted in bulk). A call that finished before a crash but
-// whose batch was not stored follows its policy like any call that started.
+// The results are stored in history together, in one CommitStep after the
+// batch: each stored result would change history_version, and a new
+// history version replaces the generation goroutine (spec "Generation
+// goroutine": parallel results are inserted in bulk). Until then, the
+// result of each call that finishes while others of its batch still run
+// is kept in chat_tool_call_runs (no history change): an interrupt stores
+// it (interrupt), and a resumed turn uses it instead of running the call
+// again. A one-call batch writes nothing there.
 //
 // A hook that fails (post_tool_use, or a subagent spawn's
 // user_prompt_submit) stops the batch: the calls after it are answered
@@ -63,7 +67,7 @@ func (r *runner) runOpenCalls(ctx context.Context, in intent, p plan) error {
 	if err != nil {
 		return err
 	}
-	started, err := r.startedCalls(ctx, p.chat.ID, calls, tb)
+	runs, err := r.callRuns(ctx, p.chat.ID, calls)
 	if err != nil {
 		return err
 	}
@@ -77,11 +81,17 @@ func (r *runner) runOpenCalls(ctx context.Context, in intent, p plan) error {
 		answer := func(out []byte, isErr bool) {
 			results = append(results, chatmsg.ToolResult(c.ToolCallID, c.ToolName, out, isErr))
 		}
+		run := runs[startKey{c.MessageID, c.ToolCallID}]
 		switch {
 		case hookErr != nil:
 			answer(errorResult(notRunResult), true)
 			continue
-		case runsOnce(tb, c) && started[startKey{c.MessageID, c.ToolCallID}]:
+		case run.finished:
+			// It finished before an interrupt or a crash cut its batch
+			// short: its result stands.
+			answer(run.result, run.isError)
+			continue
+		case runsOnce(tb, c) && run.started:
 			answer(errorResult(interruptedResult), true)
 			continue
 		case runsOnce(tb, c):
@@ -99,6 +109,14 @@ func (r *runner) runOpenCalls(ctx context.Context, in intent, p plan) error {
 		}
 		live.finished(i, c, began, r.clock.Now(), isErr)
 		answer(out, isErr)
+		if i < len(calls)-1 {
+			// Others of the batch still run: keep this result, so an
+			// interrupt or the next owner stores it instead of losing it.
+			// The batch's last result goes straight into history.
+			if err := r.recordResult(ctx, p.chat.ID, c, out, isErr); err != nil {
+				return err
+			}
+		}
 		if err := fatal(); err != nil {
 			hookErr = err // e.g. a subagent spawn's user_prompt_submit failed
 			continue
@@ -163,28 +181,40 @@ func runsOnce(tb *agenttools.Toolbox, c openCall) bool {
 	return tb.Effect(c.ToolName) == agenttools.EffectNeverRetry
 }
 
-// startedCalls reads which of the never_retry calls among calls have a
-// start record: they may have taken effect on a worker that did not store
-// their results.
-func (r *runner) startedCalls(ctx context.Context, chatID uuid.UUID, calls []openCall, tb *agenttools.Toolbox) (map[startKey]bool, error) {
-	var ids []int64
+// callRun is what the worker recorded of a stored call's run.
+type callRun struct {
+	started  bool // a never_retry call's start was recorded
+	finished bool // its result was recorded
+	result   []byte
+	isError  bool
+}
+
+// callRuns reads the recorded runs of calls: never_retry calls that may
+// have taken effect on a worker that did not store their results, and
+// calls whose batch was cut short after they finished.
+func (r *runner) callRuns(ctx context.Context, chatID uuid.UUID, calls []openCall) (map[startKey]callRun, error) {
+	ids := make([]int64, 0, 1)
 	for _, c := range calls {
-		if runsOnce(tb, c) {
+		if !slices.Contains(ids, c.MessageID) {
 			ids = append(ids, c.MessageID)
 		}
 	}
-	started := map[startKey]bool{}
+	runs := map[startKey]callRun{}
 	if len(ids) == 0 {
-		return started, nil
+		return runs, nil
 	}
-	rows, err := queries.New(r.deps.Pool).ToolCallStartsOf(ctx, queries.ToolCallStartsOfParams{ChatID: chatID, MessageIds: ids})
+	rows, err := queries.New(r.deps.Pool).ToolCallRunsOf(ctx, queries.ToolCallRunsOfParams{ChatID: chatID, MessageIds: ids})
 	if err != nil {
-		return nil, fmt.Errorf("read the start records of chat %s's open tool calls: %w", chatID, err)
+		return nil, fmt.Errorf("read the runs of chat %s's open tool calls: %w", chatID, err)
 	}
 	for _, row := range rows {
-		started[startKey{row.MessageID, row.ToolCallID}] = true
+		runs[startKey{row.MessageID, row.ToolCallID}] = runOf(row)
 	}
-	return started, nil
+	return runs, nil
+}
+
+func runOf(row queries.ToolCallRunsOfRow) callRun {
+	return callRun{started: row.StartedAt != nil, finished: row.FinishedAt != nil, result: row.Result, isError: row.IsError}
 }
 
 // recordStart durably records that never_retry call c is about to run.
@@ -192,15 +222,33 @@ func (r *runner) startedCalls(ctx context.Context, chatID uuid.UUID, calls []ope
 // fence: a stale runner that records a start is about to run the call, so
 // the record is true either way.
 func (r *runner) recordStart(ctx context.Context, chatID uuid.UUID, c openCall) error {
-	for failures := 0; ; failures++ {
-		err := queries.New(r.deps.Pool).ToolCallStartRecord(ctx, queries.ToolCallStartRecordParams{
+	return r.retryDB(ctx, func() error {
+		return queries.New(r.deps.Pool).ToolCallStartRecord(ctx, queries.ToolCallStartRecordParams{
 			ChatID: chatID, MessageID: c.MessageID, ToolCallID: c.ToolCallID,
 		})
-		if err == nil || ctx.Err() != nil || !transientDBError(err) {
-			if err != nil {
-				return fmt.Errorf("record the start of tool call %s: %w", c.ToolCallID, err)
-			}
+	}, "record the start of tool call "+c.ToolCallID)
+}
+
+// recordResult keeps the result of call c while its batch runs on. Like
+// recordStart it is no transition and needs no fence.
+func (r *runner) recordResult(ctx context.Context, chatID uuid.UUID, c openCall, out []byte, isErr bool) error {
+	return r.retryDB(ctx, func() error {
+		return queries.New(r.deps.Pool).ToolCallResultRecord(ctx, queries.ToolCallResultRecordParams{
+			ChatID: chatID, MessageID: c.MessageID, ToolCallID: c.ToolCallID, Result: out, IsError: isErr,
+		})
+	}, "record the result of tool call "+c.ToolCallID)
+}
+
+// retryDB runs write until it succeeds, ctx ends or it fails for good,
+// with bounded backoff on a transient database failure.
+func (r *runner) retryDB(ctx context.Context, write func() error, what string) error {
+	for failures := 0; ; failures++ {
+		err := write()
+		if err == nil {
 			return nil
+		}
+		if ctx.Err() != nil || !transientDBError(err) {
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		if !sleep(ctx, r.clock, backoff(r.cfg.RetryBaseDelay, r.cfg.RetryMaxDelay, failures)) {
 			return ctx.Err()
