@@ -104,7 +104,7 @@ var chat = agenthooks.ChatRef{ChatID: uuid.New(), OwnerID: uuid.New()}
 
 func preTool(t *testing.T, id, name string) hooks.Event {
 	t.Helper()
-	ev, err := hooks.PreToolUse(chat, id, name, json.RawMessage(`{"cmd":"ls"}`), nil)
+	ev, err := hooks.PreToolUse(chat, id, name, "", json.RawMessage(`{"cmd":"ls"}`), nil)
 	require.NoError(t, err)
 	return ev
 }
@@ -114,7 +114,7 @@ func TestLogOnlyByDefault(t *testing.T) {
 	h := setup(t, nil, secretA)
 	prompt, err := hooks.UserPromptSubmit(chat, "my secret-123", json.RawMessage(`[{"type":"text","text":"my secret-123"}]`), true)
 	require.NoError(t, err)
-	post, err := hooks.PostToolUse(chat, "call_1", "shell", json.RawMessage(`"ok"`), "")
+	post, err := hooks.PostToolUse(chat, "call_1", "shell", "", json.RawMessage(`"ok"`), "")
 	require.NoError(t, err)
 	events := []hooks.Event{
 		hooks.SessionStart(chat, agenthooks.SourceStartup, true), prompt, preTool(t, "call_1", "shell"), post,

@@ -129,6 +129,12 @@ type chatPart struct {
 	Name       string          `json:"name,omitempty"`
 	// Hook, on a hook-notice part, names the lifecycle event.
 	Hook string `json:"hook,omitempty"`
+	// The live parts of a running tool call (tool-status, tool-progress).
+	State      string   `json:"state,omitempty"`
+	DurationMS *int64   `json:"duration_ms,omitempty"`
+	Progress   *float64 `json:"progress,omitempty"`
+	Total      *float64 `json:"total,omitempty"`
+	Message    string   `json:"message,omitempty"`
 }
 
 type chatInfo struct {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -261,6 +262,11 @@ func (r *renderer) render(ev streamEvent) string {
 		if ev.MessagePart == nil {
 			return ""
 		}
+		if line, ok := toolLiveLine(ev.MessagePart.Part); ok {
+			// A running call's state: a line of its own, not reply text.
+			r.line(line)
+			return ""
+		}
 		s := renderPart(&r.liveKind, ev.MessagePart.Part)
 		r.live.WriteString(s)
 		r.write(s)
@@ -451,4 +457,27 @@ func compactJSON(raw json.RawMessage) string {
 	}
 	out, _ := json.Marshal(v)
 	return string(out)
+}
+
+// toolLiveLine renders a running tool call's live part (tool-status,
+// tool-progress) as a bracketed line; ok is false for any other part.
+func toolLiveLine(p chatPart) (string, bool) {
+	switch p.Type {
+	case "tool-status":
+		if p.DurationMS != nil {
+			d := time.Duration(*p.DurationMS) * time.Millisecond
+			return fmt.Sprintf("[tool %s %s after %s]", p.ToolName, p.State, d.Round(time.Millisecond)), true
+		}
+		return fmt.Sprintf("[tool %s %s]", p.ToolName, p.State), true
+	case "tool-progress":
+		at := ""
+		if p.Progress != nil {
+			at = strconv.FormatFloat(*p.Progress, 'f', -1, 64)
+			if p.Total != nil {
+				at += "/" + strconv.FormatFloat(*p.Total, 'f', -1, 64)
+			}
+		}
+		return strings.TrimSpace(fmt.Sprintf("[tool %s progress %s %s", p.ToolName, at, p.Message)) + "]", true
+	}
+	return "", false
 }

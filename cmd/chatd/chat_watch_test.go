@@ -255,3 +255,27 @@ func TestWatchRendersHookNotices(t *testing.T) {
 	require.Equal(t, exitOK, code, stderr)
 	require.Equal(t, "> hi\n[policy notice (user_prompt_submit): logged by policy]\nHello\n[policy notice (stop): reviewed]\n[waiting]\n", stdout)
 }
+
+// A running tool call shows as lines of its own: running, its progress,
+// how it ended and after how long.
+func TestWatchShowsRunningToolCalls(t *testing.T) {
+	t.Parallel()
+	toolPart := func(part string) string {
+		return `{"type":"message_part","chat_id":"` + fakeChat + `","message_part":{"role":"tool","part":` + part + `,"seq":1}}`
+	}
+	fake := &sseServer{t: t}
+	fake.scripts = []func(http.ResponseWriter, *http.Request){
+		func(w http.ResponseWriter, _ *http.Request) {
+			sseSend(w, "1", toolPart(`{"index":0,"type":"tool-status","tool_call_id":"c1","tool_name":"ops__sync","state":"running","started_at":"2026-12-07T10:00:00Z"}`))
+			sseSend(w, "2", toolPart(`{"index":0,"type":"tool-progress","tool_call_id":"c1","tool_name":"ops__sync","progress":1,"total":2,"message":"half way"}`))
+			sseSend(w, "3", toolPart(`{"index":0,"type":"tool-status","tool_call_id":"c1","tool_name":"ops__sync","state":"finished","duration_ms":1500}`))
+			sseSend(w, "4", sseStatus("waiting"))
+		},
+	}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+
+	code, stdout, stderr := watchFake(t, srv, "--until-idle")
+	require.Equal(t, exitOK, code, stderr)
+	require.Equal(t, "[tool ops__sync running]\n[tool ops__sync progress 1/2 half way]\n[tool ops__sync finished after 1.5s]\n[waiting]\n", stdout)
+}

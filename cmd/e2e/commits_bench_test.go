@@ -2,15 +2,19 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
+	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/migrate"
 	"github.com/chatd/chatd/pkg/db/pgcluster"
 )
@@ -30,17 +34,49 @@ import (
 func BenchmarkWriteTransactionsPerTurn(b *testing.B) {
 	dbURL := durableCluster(b)
 	s := stacktest.StartWith(b, stacktest.Options{Streams: 1, DatabaseURL: dbURL})
+	chatID := s.Post(b, "/api/v2/chats", `{}`)["id"].(string)
+	measureWriteTransactions(b, s, dbURL, chatID, "::reply ok")
+}
+
+// BenchmarkWriteTransactionsPerToolTurn is BenchmarkWriteTransactionsPerTurn
+// for a turn with one tool call: the scripted model calls a read-only tool
+// of a real MCP server (retry policy, so no start record), the result is
+// stored, and the model answers it. Compare it with the simple turn's
+// figure measured in the same run.
+func BenchmarkWriteTransactionsPerToolTurn(b *testing.B) {
+	dbURL := durableCluster(b)
+	s := stacktest.StartWith(b, stacktest.Options{Streams: 1, DatabaseURL: dbURL})
+	ops := startOpsServer(b)
+	ops.release()
+	signer, err := auth.NewSigner([]byte(stacktest.Secret))
+	require.NoError(b, err)
+	user, org := uuid.New(), uuid.New()
+	s.Token, err = signer.Sign(auth.Claims{UserID: user, OrganizationID: org}, time.Hour)
+	require.NoError(b, err)
+	admin, err := signer.Sign(auth.Claims{UserID: user, OrganizationID: org, Admin: true}, time.Hour)
+	require.NoError(b, err)
+	code, raw := restCall(b, s, admin, "POST", "/api/v2/organizations/"+org.String()+"/chats/mcp-servers",
+		map[string]any{"name": "ops", "url": ops.url})
+	require.Equal(b, http.StatusCreated, code, "%s", raw)
+	chatID := s.Post(b, "/api/v2/chats", `{}`)["id"].(string)
+	measureWriteTransactions(b, s, dbURL, chatID, `::tool ops__read {"id":1}`)
+}
+
+// measureWriteTransactions runs b.N turns of prompt in chat chatID and
+// reports write_tx/turn (see BenchmarkWriteTransactionsPerTurn).
+func measureWriteTransactions(b *testing.B, s *stacktest.Stack, dbURL, chatID, prompt string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dbURL)
 	require.NoError(b, err)
 	defer conn.Close(context.Background())
 
-	chatID := s.Post(b, "/api/v2/chats", `{}`)["id"].(string)
 	events, closeEvents := s.OpenSSE(b, s.Streams[0], chatID, "")
 	defer closeEvents()
+	body, err := json.Marshal(map[string]any{"content": []map[string]any{{"type": "text", "text": prompt}}})
+	require.NoError(b, err)
 	turn := func() {
-		s.Post(b, "/api/v2/chats/"+chatID+"/messages", `{"content":[{"type":"text","text":"::reply ok"}]}`)
+		s.Post(b, "/api/v2/chats/"+chatID+"/messages", string(body))
 		awaitTurn(b, s, events)
 		awaitUnowned(ctx, b, conn, chatID)
 	}

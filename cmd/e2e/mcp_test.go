@@ -135,6 +135,24 @@ func TestMCPToolsEndToEnd(t *testing.T) {
 	require.NotContains(t, created, "bearer_token")
 	require.NotContains(t, created, "headers")
 	s.call("POST", base, map[string]any{"name": "shop", "url": url}, http.StatusConflict)
+
+	// Tool execution settings: effect policy overrides and the call
+	// deadline, validated.
+	require.Empty(t, created["tool_effect_policies"])
+	bad = s.call("PATCH", base+"/"+created["id"].(string), map[string]any{"tool_effect_policies": map[string]any{"lookup": "sometimes"}}, http.StatusBadRequest)
+	require.Contains(t, bad["message"], `must be "retry" or "never_retry"`)
+	bad = s.call("PATCH", base+"/"+created["id"].(string), map[string]any{"tool_effect_policies": map[string]any{"lookup": true}}, http.StatusBadRequest)
+	require.Contains(t, bad["message"], `must be "retry" or "never_retry"`)
+	bad = s.call("PATCH", base+"/"+created["id"].(string), map[string]any{"tool_timeout_seconds": -1}, http.StatusBadRequest)
+	require.Contains(t, bad["message"], "tool_timeout_seconds must be between 1 and 86400")
+	got := s.call("PATCH", base+"/"+created["id"].(string), map[string]any{
+		"tool_effect_policies": map[string]any{"*": "never_retry", "lookup": "retry"}, "tool_timeout_seconds": 30,
+	}, http.StatusOK)
+	require.Equal(t, map[string]any{"*": "never_retry", "lookup": "retry"}, got["tool_effect_policies"])
+	require.EqualValues(t, 30, got["tool_timeout_seconds"])
+	got = s.call("PATCH", base+"/"+created["id"].(string), map[string]any{"tool_effect_policies": map[string]any{}, "tool_timeout_seconds": 0}, http.StatusOK)
+	require.Empty(t, got["tool_effect_policies"])
+	require.Empty(t, got["tool_timeout_seconds"])
 	require.Len(t, s.call("GET", base, nil, http.StatusOK)["mcp_servers"], 1)
 	id := created["id"].(string)
 
@@ -159,7 +177,7 @@ func TestMCPToolsEndToEnd(t *testing.T) {
 	require.EqualValues(t, 1, calls.Load())
 
 	// Disabled, the server's tools are no longer offered.
-	got := s.call("PATCH", base+"/"+id, map[string]any{"bearer_token": "s3cret", "enabled": false}, http.StatusOK)
+	got = s.call("PATCH", base+"/"+id, map[string]any{"bearer_token": "s3cret", "enabled": false}, http.StatusOK)
 	require.Equal(t, false, got["enabled"])
 	result, isErr = s.runTool("shop__lookup", map[string]any{"order": 8})
 	require.True(t, isErr)

@@ -27,7 +27,7 @@ import (
 
 // restCall sends a JSON request to the stack's api as token and returns the
 // status and raw body.
-func restCall(t *testing.T, s *stacktest.Stack, token, method, path string, body any) (int, []byte) {
+func restCall(t testing.TB, s *stacktest.Stack, token, method, path string, body any) (int, []byte) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {

@@ -119,18 +119,23 @@ type UserPromptSubmitData struct {
 // PreToolUseData is the data of pre_tool_use. ToolInput holds the model's
 // exact JSON bytes, key spelling and order preserved.
 type PreToolUseData struct {
-	ToolUseID string          `json:"tool_use_id"`
-	ToolName  string          `json:"tool_name"`
-	ToolInput json.RawMessage `json:"tool_input"`
+	ToolUseID string `json:"tool_use_id"`
+	ToolName  string `json:"tool_name"`
+	// IdempotencyKey is the same for every execution of the call, across
+	// re-runs after a crash: key idempotent processing on it.
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	ToolInput      json.RawMessage `json:"tool_input"`
 }
 
 // PostToolUseData is the data of post_tool_use: either ToolResponse or
 // ToolError is set.
 type PostToolUseData struct {
-	ToolUseID    string          `json:"tool_use_id"`
-	ToolName     string          `json:"tool_name"`
-	ToolResponse json.RawMessage `json:"tool_response,omitempty"`
-	ToolError    string          `json:"tool_error,omitempty"`
+	ToolUseID string `json:"tool_use_id"`
+	ToolName  string `json:"tool_name"`
+	// IdempotencyKey: as in PreToolUseData.
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	ToolResponse   json.RawMessage `json:"tool_response,omitempty"`
+	ToolError      string          `json:"tool_error,omitempty"`
 }
 
 // PreCompactData is empty; Meta identifies the chat.

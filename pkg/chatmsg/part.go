@@ -50,6 +50,10 @@ type Part struct {
 	// replaced (pre_tool_use allow with input_override): clients show
 	// "Modified by policy". Args is the input the tool ran with.
 	PolicyModified bool `json:"policy_modified,omitempty"`
+	// IdempotencyKey, on a tool call, is the same for every execution of
+	// the call (chatstate.IdempotencyKey): MCP servers, hooks and client
+	// tools recognize a repeated execution by it.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 
 	// file
 	FileID    string `json:"file_id,omitempty"`

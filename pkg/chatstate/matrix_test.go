@@ -1,6 +1,7 @@
 package chatstate_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
 )
 
@@ -165,4 +167,77 @@ func TestWorkerBundleMatrix(t *testing.T) {
 	// Acquire+attempt: R0 and R1 (two queue lengths), owned (a takeover)
 	// or not. Commit+finish+abandon: owned R0 and R1.
 	require.Equal(t, map[string]int{"acquire+attempt": 6, "commit+finish+abandon": 3}, committed)
+}
+
+// TestOpenCallMatrix stores a step with an open worker call (the worker
+// stores a step before its tools run), followed by a hook's model-only
+// context, in every running state and ownership, and applies every
+// transition from there. Each lands as the reference model says (its
+// open calls scan the whole history), and after any that commits, no call
+// is left open before a prompt: a provider would refuse that history.
+func TestOpenCallMatrix(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	allowed := 0
+	for _, s := range []chatstate.State{chatstate.R0, chatstate.R1} {
+		queued := 0
+		if s == chatstate.R1 {
+			queued = 1
+		}
+		for _, owned := range []bool{false, true} {
+			for _, tr := range chatstate.Transitions {
+				name := fmt.Sprintf("%s owned=%t %s after an open call", s, owned, tr)
+				id := h.reach(s, queued, owned)
+				h.do(id, func(tx *chatstate.Tx) error {
+					_, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{
+						{Role: chatstate.RoleAssistant, Content: chatmsg.Content{chatmsg.ToolCall("w-1", "read_file", json.RawMessage(`{}`))}},
+						chatstate.HookContextMessage("pre_tool_use", "context"),
+					}})
+					return err
+				})
+				before := h.loadModel(id)
+				require.Len(t, before.openCalls(), 1, name)
+				o := defaultOp(tr, max(queued, 1))
+				want := before.predict(o)
+				newQueuedID, err := h.applyDB(id, o)
+				after := h.loadModel(id)
+				if want != nil {
+					require.ErrorIs(t, err, want, name)
+					require.Equal(t, before.norm(), after.norm(), "%s: a rejected transition changed the chat", name)
+					continue
+				}
+				require.NoError(t, err, name)
+				allowed++
+				expect := before
+				expect.apply(o, newQueuedID)
+				require.Equal(t, expect.norm(), after.norm(), "%s: Postgres and the reference model disagree", name)
+				requireNoCallOpenBeforeAPrompt(t, after, name)
+			}
+		}
+	}
+	require.Positive(t, allowed)
+}
+
+// requireNoCallOpenBeforeAPrompt fails when an open call of r's active
+// history is followed by a user row the user sees (a prompt).
+func requireNoCallOpenBeforeAPrompt(t *testing.T, r refModel, name string) {
+	t.Helper()
+	open := map[string]bool{}
+	for _, c := range r.openCalls() {
+		open[c.id] = true
+	}
+	seenOpen := false
+	for _, m := range r.msgs {
+		if m.deleted {
+			continue
+		}
+		for _, c := range m.calls {
+			if open[c.id] {
+				seenOpen = true
+			}
+		}
+		if seenOpen && m.role == chatstate.RoleUser && m.visibility != chatstate.VisibleToModel {
+			t.Fatalf("%s: a prompt follows an open tool call", name)
+		}
+	}
 }

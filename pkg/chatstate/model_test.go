@@ -337,12 +337,16 @@ func (r *refModel) applyInBundle(o op, newQueuedID int64) {
 			}
 		}
 	case chatstate.Interrupt:
+		// Finishing the interruption in the same bundle answers the open
+		// calls first, as FinishInterruption does.
 		switch from {
 		case chatstate.I0, chatstate.I1:
+			r.closeOpen()
 			r.finishOrPromote()
 		case chatstate.R0, chatstate.R1:
 			r.writeStatus(chatstate.StatusInterrupting, false)
 			if !r.owned {
+				r.closeOpen()
 				r.finishOrPromote()
 			}
 		case chatstate.A0, chatstate.A1:
@@ -390,6 +394,7 @@ func (r *refModel) applyInBundle(o op, newQueuedID int64) {
 		if o.partial {
 			r.insert(refMsg{role: chatstate.RoleAssistant, visibility: chatstate.VisibleToBoth})
 		}
+		r.closeOpen()
 		r.finishOrPromote()
 	case chatstate.RecordGenerationAttempt:
 		r.setAttempt(r.attempt + 1)

@@ -7,13 +7,14 @@ import (
 
 // openToolCallsIn finds the open tool calls in active history msgs (in id
 // order) exactly as the ChatMessageOpenToolCalls query does: the tool
-// calls of assistant messages after the latest user message that no tool
+// calls of assistant messages after the latest prompt (a user message the
+// user sees; model-only user rows do not end the scan) that no tool
 // message after it answers, in message and part order. ok is false when a
 // message's content does not parse; the caller asks the database then.
 func openToolCallsIn(msgs []queries.ChatMessage) (open []OpenToolCall, ok bool) {
 	tail := msgs
 	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == RoleUser {
+		if msgs[i].Role == RoleUser && msgs[i].Visibility != VisibleToModel {
 			tail = msgs[i+1:]
 			break
 		}

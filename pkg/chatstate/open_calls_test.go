@@ -10,6 +10,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
 )
 
 // openCallsBothWays reads chat id's open tool calls in one bundle twice:
@@ -78,4 +79,48 @@ func TestOpenToolCallsFromHistoryMatchTheQuery(t *testing.T) {
 		}
 		require.Equal(t, wantOpen[i], ids, fmt.Sprintf("open calls after step %d", i+1))
 	}
+}
+
+// A call stays open across the model-only user rows that follow it (a
+// hook's context), so the next prompt answers it before it is stored: a
+// provider refuses a history with a call and no result.
+func TestOpenCallStaysOpenAcrossModelOnlyRows(t *testing.T) {
+	h := newHarness(t)
+	id := h.reach(chatstate.R0, 1, false)
+	h.do(id, func(tx *chatstate.Tx) error {
+		step := chatstate.Step{Messages: []chatstate.NewMessage{
+			{Role: chatstate.RoleAssistant, Content: chatmsg.Content{chatmsg.ToolCall("w1", "search", json.RawMessage(`{}`))}},
+			chatstate.HookContextMessage("post_tool_use", "policy context"),
+		}}
+		if _, err := tx.CommitStep(h.ctx, step); err != nil {
+			return err
+		}
+		return tx.FinishError(h.ctx, "a hook failed")
+	})
+	query, derived := openCallsBothWays(h, id)
+	require.Equal(t, query, derived)
+	require.Len(t, derived, 1)
+	require.Equal(t, "w1", derived[0].ToolCallID)
+
+	h.do(id, func(tx *chatstate.Tx) error {
+		_, err := tx.SendMessage(h.ctx, chatstate.UserMessage(text("go on")), chatstate.BusyQueue)
+		return err
+	})
+	query, derived = openCallsBothWays(h, id)
+	require.Empty(t, query)
+	require.Empty(t, derived)
+	var msgs []queries.ChatMessage
+	h.do(id, func(tx *chatstate.Tx) error {
+		var err error
+		msgs, err = tx.ActiveMessages(h.ctx)
+		return err
+	})
+	// The answer comes before the new prompt.
+	n := len(msgs)
+	require.Equal(t, chatstate.RoleUser, msgs[n-1].Role)
+	require.Equal(t, chatstate.RoleTool, msgs[n-2].Role)
+	content, err := chatmsg.ParseContent(msgs[n-2].Content)
+	require.NoError(t, err)
+	require.Equal(t, "w1", content[0].ToolCallID)
+	require.True(t, content[0].IsError)
 }

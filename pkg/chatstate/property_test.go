@@ -227,7 +227,7 @@ func opGen() *rapid.Generator[op] {
 
 // stepGen draws a worker step: assistant text, or an assistant message
 // calling local and/or dynamic tools, optionally followed by results for
-// some of its local calls.
+// some of its local calls and by a model-only user row (hook context).
 func stepGen(callSeq *int) *rapid.Generator[[]refMsg] {
 	return rapid.Custom(func(rt *rapid.T) []refMsg {
 		assistant := refMsg{role: chatstate.RoleAssistant, visibility: chatstate.VisibleToBoth}
@@ -245,6 +245,11 @@ func stepGen(callSeq *int) *rapid.Generator[[]refMsg] {
 		step := []refMsg{assistant}
 		if len(local) > 0 && rapid.Bool().Draw(rt, "answerLocal") {
 			step = append(step, refMsg{role: chatstate.RoleTool, visibility: chatstate.VisibleToBoth, results: local})
+		}
+		// A hook's model-only context after the step: calls it follows
+		// stay open (the worker stores a step before its tools run).
+		if rapid.IntRange(0, 3).Draw(rt, "hookContext") == 0 {
+			step = append(step, refMsg{role: chatstate.RoleUser, visibility: chatstate.VisibleToModel})
 		}
 		return step
 	})

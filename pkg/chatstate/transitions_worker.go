@@ -164,6 +164,12 @@ func (tx *Tx) FinishInterruption(ctx context.Context, partial []NewMessage) (Fin
 	if _, err := tx.insertMessages(ctx, partial); err != nil {
 		return FinishResult{}, err
 	}
+	// No call is left open: a stored step's calls that were running (or
+	// not yet started) and the partial's own calls are answered as
+	// interrupted, so the chat waits with a history a provider accepts.
+	if _, err := tx.closeOpenToolCalls(ctx, ReasonInterrupted); err != nil {
+		return FinishResult{}, err
+	}
 	return tx.finishOrPromote(ctx, FinishInterruption, from, ReasonInterrupted)
 }
 

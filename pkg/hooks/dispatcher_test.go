@@ -181,7 +181,7 @@ func TestFailureModesFailClosed(t *testing.T) {
 func toolEv(t *testing.T) hooks.Event { return toolEvent(t, `{"path":"/a"}`) }
 func stopEv(*testing.T) hooks.Event   { return hooks.Stop(chatRef()) }
 func postToolEv(t *testing.T) hooks.Event {
-	ev, err := hooks.PostToolUse(chatRef(), "call_1", "read_file", json.RawMessage(`{"ok":true}`), "")
+	ev, err := hooks.PostToolUse(chatRef(), "call_1", "read_file", "", json.RawMessage(`{"ok":true}`), "")
 	require.NoError(t, err)
 	return ev
 }

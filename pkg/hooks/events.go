@@ -34,11 +34,16 @@ func UserPromptSubmit(chat agenthooks.ChatRef, prompt string, parts json.RawMess
 
 // PreToolUse is pre_tool_use: input is the model's exact JSON bytes.
 // schema, for a built-in tool, is its JSON schema (see Event.ToolSchema).
-func PreToolUse(chat agenthooks.ChatRef, toolUseID, toolName string, input, schema json.RawMessage) (Event, error) {
+// key is the call's idempotency key (omitted when empty).
+func PreToolUse(chat agenthooks.ChatRef, toolUseID, toolName, key string, input, schema json.RawMessage) (Event, error) {
 	if len(bytes.TrimSpace(input)) == 0 {
 		input = json.RawMessage(`{}`)
 	}
-	data, err := object(field{"tool_use_id", toolUseID, nil}, field{"tool_name", toolName, nil}, field{"tool_input", nil, input})
+	fs := []field{{"tool_use_id", toolUseID, nil}, {"tool_name", toolName, nil}}
+	if key != "" {
+		fs = append(fs, field{"idempotency_key", key, nil})
+	}
+	data, err := object(append(fs, field{"tool_input", nil, input})...)
 	if err != nil {
 		return Event{}, err
 	}
@@ -46,9 +51,13 @@ func PreToolUse(chat agenthooks.ChatRef, toolUseID, toolName string, input, sche
 }
 
 // PostToolUse is post_tool_use with the tool's response (raw JSON), or with
-// toolError when the tool failed (then response is ignored).
-func PostToolUse(chat agenthooks.ChatRef, toolUseID, toolName string, response json.RawMessage, toolError string) (Event, error) {
+// toolError when the tool failed (then response is ignored). key is the
+// call's idempotency key (omitted when empty).
+func PostToolUse(chat agenthooks.ChatRef, toolUseID, toolName, key string, response json.RawMessage, toolError string) (Event, error) {
 	fs := []field{{"tool_use_id", toolUseID, nil}, {"tool_name", toolName, nil}}
+	if key != "" {
+		fs = append(fs, field{"idempotency_key", key, nil})
+	}
 	if toolError != "" {
 		fs = append(fs, field{"tool_error", toolError, nil})
 	} else {

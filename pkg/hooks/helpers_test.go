@@ -109,7 +109,7 @@ func chatRef() agenthooks.ChatRef {
 
 func toolEvent(t *testing.T, input string) hooks.Event {
 	t.Helper()
-	ev, err := hooks.PreToolUse(chatRef(), "call_1", "read_file", json.RawMessage(input), nil)
+	ev, err := hooks.PreToolUse(chatRef(), "call_1", "read_file", "", json.RawMessage(input), nil)
 	require.NoError(t, err)
 	return ev
 }

@@ -195,7 +195,7 @@ func TestToolOverrideTypes(t *testing.T) {
 			c := newConsumer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				_, _ = io.WriteString(w, `{"permission":{"decision":"allow","input_override":`+tc.override+`}}`)
 			}))
-			ev, err := hooks.PreToolUse(chatRef(), "call_1", "tool", json.RawMessage(`{}`), json.RawMessage(tc.schema))
+			ev, err := hooks.PreToolUse(chatRef(), "call_1", "tool", "", json.RawMessage(`{}`), json.RawMessage(tc.schema))
 			require.NoError(t, err)
 			ev.ClientTool = tc.client
 			resp, err := c.d.Dispatch(context.Background(), ev)

@@ -55,6 +55,19 @@ func Down(ctx context.Context, dsn string) error {
 	return nil
 }
 
+// DownTo rolls back every applied migration newer than version.
+func DownTo(ctx context.Context, dsn string, version int64) error {
+	p, db, err := newProvider(dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if _, err := p.DownTo(ctx, version); err != nil {
+		return fmt.Errorf("migrate down to %d: %w", version, err)
+	}
+	return nil
+}
+
 // Reset rolls back every applied migration.
 func Reset(ctx context.Context, dsn string) error {
 	p, db, err := newProvider(dsn)

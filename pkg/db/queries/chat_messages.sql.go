@@ -407,7 +407,7 @@ WITH tail AS (
       AND NOT m.deleted
       AND m.id > COALESCE((
           SELECT max(u.id) FROM chat_messages u
-          WHERE u.chat_id = $1 AND NOT u.deleted AND u.role = 'user'
+          WHERE u.chat_id = $1 AND NOT u.deleted AND u.role = 'user' AND u.visibility <> 'model'
       ), 0)
 ),
 calls AS (
@@ -432,9 +432,12 @@ type ChatMessageOpenToolCallsRow struct {
 	ToolName   string
 }
 
-// Tool calls in active history with no tool result yet. Every transition
-// that inserts a user message answers open calls first, so none can precede
-// the latest active user message; scanning only after it keeps this cheap.
+// Tool calls in active history with no tool result yet, whatever rows follow
+// them. Every transition that inserts a prompt (a user row the user sees)
+// answers open calls first, so none can precede the latest active prompt;
+// scanning only after it keeps this cheap. Model-only user rows (hook
+// context, a compaction's replay) are no prompt: a call stays open across
+// them.
 func (q *Queries) ChatMessageOpenToolCalls(ctx context.Context, chatID uuid.UUID) ([]ChatMessageOpenToolCallsRow, error) {
 	rows, err := q.db.Query(ctx, chatMessageOpenToolCalls, chatID)
 	if err != nil {
@@ -463,7 +466,7 @@ WITH tail AS (
       AND NOT m.deleted
       AND m.id > COALESCE((
           SELECT max(u.id) FROM chat_messages u
-          WHERE u.chat_id = $1 AND NOT u.deleted AND u.role = 'user'
+          WHERE u.chat_id = $1 AND NOT u.deleted AND u.role = 'user' AND u.visibility <> 'model'
       ), 0)
       AND EXISTS (
           SELECT 1 FROM chats c
@@ -472,7 +475,7 @@ WITH tail AS (
 ),
 calls AS (
     SELECT t.id AS message_id, p.ord, p.part->>'tool_call_id' AS tool_call_id, p.part->>'tool_name' AS tool_name,
-        p.part->'args' AS args
+        p.part->'args' AS args, COALESCE(p.part->>'idempotency_key', '') AS idempotency_key
     FROM tail t, jsonb_array_elements(t.content) WITH ORDINALITY AS p(part, ord)
     WHERE t.role = 'assistant' AND p.part->>'type' = 'tool-call'
 ),
@@ -481,7 +484,8 @@ results AS (
     FROM tail t, jsonb_array_elements(t.content) AS r(part)
     WHERE t.role = 'tool' AND r.part->>'type' = 'tool-result'
 )
-SELECT calls.message_id, calls.tool_call_id::text AS tool_call_id, calls.tool_name::text AS tool_name, calls.args::jsonb AS args
+SELECT calls.message_id, calls.tool_call_id::text AS tool_call_id, calls.tool_name::text AS tool_name, calls.args::jsonb AS args,
+    calls.idempotency_key::text AS idempotency_key
 FROM calls
 WHERE NOT EXISTS (SELECT 1 FROM results WHERE results.tool_call_id = calls.tool_call_id)
 ORDER BY calls.message_id, calls.ord
@@ -493,10 +497,11 @@ type ChatMessageOpenToolCallsIfActionParams struct {
 }
 
 type ChatMessageOpenToolCallsIfActionRow struct {
-	MessageID  int64
-	ToolCallID string
-	ToolName   string
-	Args       json.RawMessage
+	MessageID      int64
+	ToolCallID     string
+	ToolName       string
+	Args           json.RawMessage
+	IdempotencyKey string
 }
 
 // ChatMessageOpenToolCalls with each call's arguments, when the chat waits
@@ -517,6 +522,7 @@ func (q *Queries) ChatMessageOpenToolCallsIfAction(ctx context.Context, arg Chat
 			&i.ToolCallID,
 			&i.ToolName,
 			&i.Args,
+			&i.IdempotencyKey,
 		); err != nil {
 			return nil, err
 		}

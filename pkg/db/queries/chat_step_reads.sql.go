@@ -12,7 +12,7 @@ import (
 )
 
 const chatStepMCPServerListEnabled = `-- name: ChatStepMCPServerListEnabled :many
-SELECT s.id, s.organization_id, s.name, s.url, s.headers, s.bearer_token, s.enabled, s.created_at, s.updated_at
+SELECT s.id, s.organization_id, s.name, s.url, s.headers, s.bearer_token, s.enabled, s.created_at, s.updated_at, s.tool_effect_policies, s.tool_timeout_seconds
 FROM chats c
 JOIN chat_mcp_servers s ON s.organization_id = c.organization_id AND s.enabled
 WHERE c.id = $1
@@ -43,6 +43,8 @@ func (q *Queries) ChatStepMCPServerListEnabled(ctx context.Context, chatID uuid.
 			&i.ChatMcpServer.Enabled,
 			&i.ChatMcpServer.CreatedAt,
 			&i.ChatMcpServer.UpdatedAt,
+			&i.ChatMcpServer.ToolEffectPolicies,
+			&i.ChatMcpServer.ToolTimeoutSeconds,
 		); err != nil {
 			return nil, err
 		}

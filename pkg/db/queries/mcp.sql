@@ -3,8 +3,10 @@
 -- only the worker reads them, to connect.
 
 -- name: MCPServerInsert :one
-INSERT INTO chat_mcp_servers (id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at)
-VALUES (@id, @organization_id, @name, @url, @headers, @bearer_token, @enabled, @now, @now)
+INSERT INTO chat_mcp_servers (id, organization_id, name, url, headers, bearer_token, enabled,
+    tool_effect_policies, tool_timeout_seconds, created_at, updated_at)
+VALUES (@id, @organization_id, @name, @url, @headers, @bearer_token, @enabled,
+    COALESCE(sqlc.narg(tool_effect_policies)::jsonb, '{}'::jsonb), sqlc.narg(tool_timeout_seconds), @now, @now)
 RETURNING *;
 
 -- name: MCPServerGet :one
@@ -22,13 +24,16 @@ LIMIT @page_limit;
 SELECT * FROM chat_mcp_servers WHERE organization_id = @organization_id AND enabled ORDER BY name;
 
 -- name: MCPServerUpdate :one
--- Changes the fields that are set (NULL keeps the stored value).
+-- Changes the fields that are set (NULL keeps the stored value;
+-- tool_timeout_seconds is written when @set_tool_timeout, NULL included).
 UPDATE chat_mcp_servers
 SET name = COALESCE(sqlc.narg(name), name),
     url = COALESCE(sqlc.narg(url), url),
     headers = COALESCE(sqlc.narg(headers), headers),
     bearer_token = COALESCE(sqlc.narg(bearer_token), bearer_token),
     enabled = COALESCE(sqlc.narg(enabled), enabled),
+    tool_effect_policies = COALESCE(sqlc.narg(tool_effect_policies), tool_effect_policies),
+    tool_timeout_seconds = CASE WHEN @set_tool_timeout::bool THEN sqlc.narg(tool_timeout_seconds) ELSE tool_timeout_seconds END,
     updated_at = @now
 WHERE id = @id AND organization_id = @organization_id
 RETURNING *;

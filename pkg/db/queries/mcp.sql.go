@@ -31,7 +31,7 @@ func (q *Queries) MCPServerDelete(ctx context.Context, arg MCPServerDeleteParams
 }
 
 const mCPServerGet = `-- name: MCPServerGet :one
-SELECT id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at FROM chat_mcp_servers WHERE id = $1 AND organization_id = $2
+SELECT id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at, tool_effect_policies, tool_timeout_seconds FROM chat_mcp_servers WHERE id = $1 AND organization_id = $2
 `
 
 type MCPServerGetParams struct {
@@ -52,26 +52,32 @@ func (q *Queries) MCPServerGet(ctx context.Context, arg MCPServerGetParams) (Cha
 		&i.Enabled,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ToolEffectPolicies,
+		&i.ToolTimeoutSeconds,
 	)
 	return i, err
 }
 
 const mCPServerInsert = `-- name: MCPServerInsert :one
 
-INSERT INTO chat_mcp_servers (id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
-RETURNING id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at
+INSERT INTO chat_mcp_servers (id, organization_id, name, url, headers, bearer_token, enabled,
+    tool_effect_policies, tool_timeout_seconds, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7,
+    COALESCE($8::jsonb, '{}'::jsonb), $9, $10, $10)
+RETURNING id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at, tool_effect_policies, tool_timeout_seconds
 `
 
 type MCPServerInsertParams struct {
-	ID             uuid.UUID
-	OrganizationID uuid.UUID
-	Name           string
-	Url            string
-	Headers        json.RawMessage
-	BearerToken    string
-	Enabled        bool
-	Now            time.Time
+	ID                 uuid.UUID
+	OrganizationID     uuid.UUID
+	Name               string
+	Url                string
+	Headers            json.RawMessage
+	BearerToken        string
+	Enabled            bool
+	ToolEffectPolicies json.RawMessage
+	ToolTimeoutSeconds *int32
+	Now                time.Time
 }
 
 // Organization-scoped MCP servers. headers and bearer_token are credentials:
@@ -86,6 +92,8 @@ func (q *Queries) MCPServerInsert(ctx context.Context, arg MCPServerInsertParams
 		arg.Headers,
 		arg.BearerToken,
 		arg.Enabled,
+		arg.ToolEffectPolicies,
+		arg.ToolTimeoutSeconds,
 		arg.Now,
 	)
 	var i ChatMcpServer
@@ -99,12 +107,14 @@ func (q *Queries) MCPServerInsert(ctx context.Context, arg MCPServerInsertParams
 		&i.Enabled,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ToolEffectPolicies,
+		&i.ToolTimeoutSeconds,
 	)
 	return i, err
 }
 
 const mCPServerList = `-- name: MCPServerList :many
-SELECT id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at FROM chat_mcp_servers
+SELECT id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at, tool_effect_policies, tool_timeout_seconds FROM chat_mcp_servers
 WHERE organization_id = $1 AND name > $2
 ORDER BY name
 LIMIT $3
@@ -136,6 +146,8 @@ func (q *Queries) MCPServerList(ctx context.Context, arg MCPServerListParams) ([
 			&i.Enabled,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ToolEffectPolicies,
+			&i.ToolTimeoutSeconds,
 		); err != nil {
 			return nil, err
 		}
@@ -148,7 +160,7 @@ func (q *Queries) MCPServerList(ctx context.Context, arg MCPServerListParams) ([
 }
 
 const mCPServerListEnabled = `-- name: MCPServerListEnabled :many
-SELECT id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at FROM chat_mcp_servers WHERE organization_id = $1 AND enabled ORDER BY name
+SELECT id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at, tool_effect_policies, tool_timeout_seconds FROM chat_mcp_servers WHERE organization_id = $1 AND enabled ORDER BY name
 `
 
 // The servers a chat of the organization connects to, in name order.
@@ -171,6 +183,8 @@ func (q *Queries) MCPServerListEnabled(ctx context.Context, organizationID uuid.
 			&i.Enabled,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.ToolEffectPolicies,
+			&i.ToolTimeoutSeconds,
 		); err != nil {
 			return nil, err
 		}
@@ -189,23 +203,29 @@ SET name = COALESCE($1, name),
     headers = COALESCE($3, headers),
     bearer_token = COALESCE($4, bearer_token),
     enabled = COALESCE($5, enabled),
-    updated_at = $6
-WHERE id = $7 AND organization_id = $8
-RETURNING id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at
+    tool_effect_policies = COALESCE($6, tool_effect_policies),
+    tool_timeout_seconds = CASE WHEN $7::bool THEN $8 ELSE tool_timeout_seconds END,
+    updated_at = $9
+WHERE id = $10 AND organization_id = $11
+RETURNING id, organization_id, name, url, headers, bearer_token, enabled, created_at, updated_at, tool_effect_policies, tool_timeout_seconds
 `
 
 type MCPServerUpdateParams struct {
-	Name           *string
-	Url            *string
-	Headers        json.RawMessage
-	BearerToken    *string
-	Enabled        *bool
-	Now            time.Time
-	ID             uuid.UUID
-	OrganizationID uuid.UUID
+	Name               *string
+	Url                *string
+	Headers            json.RawMessage
+	BearerToken        *string
+	Enabled            *bool
+	ToolEffectPolicies json.RawMessage
+	SetToolTimeout     bool
+	ToolTimeoutSeconds *int32
+	Now                time.Time
+	ID                 uuid.UUID
+	OrganizationID     uuid.UUID
 }
 
-// Changes the fields that are set (NULL keeps the stored value).
+// Changes the fields that are set (NULL keeps the stored value;
+// tool_timeout_seconds is written when @set_tool_timeout, NULL included).
 func (q *Queries) MCPServerUpdate(ctx context.Context, arg MCPServerUpdateParams) (ChatMcpServer, error) {
 	row := q.db.QueryRow(ctx, mCPServerUpdate,
 		arg.Name,
@@ -213,6 +233,9 @@ func (q *Queries) MCPServerUpdate(ctx context.Context, arg MCPServerUpdateParams
 		arg.Headers,
 		arg.BearerToken,
 		arg.Enabled,
+		arg.ToolEffectPolicies,
+		arg.SetToolTimeout,
+		arg.ToolTimeoutSeconds,
 		arg.Now,
 		arg.ID,
 		arg.OrganizationID,
@@ -228,6 +251,8 @@ func (q *Queries) MCPServerUpdate(ctx context.Context, arg MCPServerUpdateParams
 		&i.Enabled,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.ToolEffectPolicies,
+		&i.ToolTimeoutSeconds,
 	)
 	return i, err
 }

@@ -317,15 +317,17 @@ type ChatHeartbeat struct {
 }
 
 type ChatMcpServer struct {
-	ID             uuid.UUID
-	OrganizationID uuid.UUID
-	Name           string
-	Url            string
-	Headers        json.RawMessage
-	BearerToken    string
-	Enabled        bool
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
+	ID                 uuid.UUID
+	OrganizationID     uuid.UUID
+	Name               string
+	Url                string
+	Headers            json.RawMessage
+	BearerToken        string
+	Enabled            bool
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+	ToolEffectPolicies json.RawMessage
+	ToolTimeoutSeconds *int32
 }
 
 type ChatMessage struct {
@@ -421,6 +423,16 @@ type ChatRequest struct {
 	Response       []byte
 	CreatedAt      time.Time
 	OrganizationID uuid.UUID
+}
+
+type ChatToolCallRun struct {
+	ChatID     uuid.UUID
+	MessageID  int64
+	ToolCallID string
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+	Result     json.RawMessage
+	IsError    bool
 }
 
 type ChatUserCompactionThreshold struct {

@@ -27,7 +27,7 @@ func TestRunnerConfigDefaults(t *testing.T) {
 	got := parseConfig(t, map[string]string{}).RunnerConfig()
 	require.Equal(t, runner.Config{
 		MaxGenerationRetries: 25, MaxStepsPerTurn: 1200, TurnMaxDuration: 30 * time.Minute,
-		TTFTTimeout: 5 * time.Minute, StreamIdleTimeout: 2 * time.Minute,
+		TTFTTimeout: 5 * time.Minute, StreamIdleTimeout: 2 * time.Minute, ToolTimeout: 15 * time.Minute,
 	}, got)
 }
 
@@ -39,7 +39,7 @@ func TestRunnerConfigZeroIsOff(t *testing.T) {
 		"CHATD_MAX_GENERATION_RETRIES": "0", "CHATD_TTFT_TIMEOUT_SECONDS": "0",
 		"CHATD_MODEL_IDLE_TIMEOUT_SECONDS": "0", "CHATD_TURN_MAX_SECONDS": "0",
 	}).RunnerConfig()
-	require.Equal(t, runner.Config{MaxStepsPerTurn: 1200}, got)
+	require.Equal(t, runner.Config{MaxStepsPerTurn: 1200, ToolTimeout: 15 * time.Minute}, got)
 
 	got = parseConfig(t, map[string]string{"CHATD_MAX_GENERATION_RETRIES": "3", "CHATD_MODEL_IDLE_TIMEOUT_SECONDS": "45"}).RunnerConfig()
 	require.Equal(t, 3, got.MaxGenerationRetries)

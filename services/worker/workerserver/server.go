@@ -83,6 +83,8 @@ type Config struct {
 	DrainSeconds int
 	// AcquireInterval is the acquisition loop's periodic pass.
 	AcquireInterval time.Duration
+	// ToolTimeout bounds one tool call (CHATD_TOOL_TIMEOUT).
+	ToolTimeout time.Duration
 	// MaxRootChats and MaxSubagentChats are the limiter's pools; 0 is
 	// unlimited.
 	MaxRootChats, MaxSubagentChats int
@@ -131,6 +133,8 @@ func (c *Config) Declare(v *service.Vars) {
 		"Seconds a model call may wait for its first event before it is retried; 0 is no timeout.")
 	v.Int(&c.ModelIdleTimeoutSeconds, "CHATD_MODEL_IDLE_TIMEOUT_SECONDS", int(runner.DefaultStreamIdleTimeout/time.Second), 0,
 		"Seconds a model stream may go without an event after its first before the call is retried; 0 is no timeout.")
+	v.Duration(&c.ToolTimeout, "CHATD_TOOL_TIMEOUT", runner.DefaultToolTimeout,
+		"Longest one tool call may run (e.g. 15m) before it is answered with an error result and the turn goes on; an MCP server's tool_timeout_seconds overrides it for its tools.")
 	v.Int(&c.PromptCacheMB, "CHATD_PROMPT_CACHE_MB", runner.DefaultPromptCacheBytes>>20, 0,
 		"MiB of message content whose parsed form the worker keeps for building prompts (a step then parses only the messages it has not seen); 0 parses the whole history at every step.")
 	v.Int(&c.HistoryCacheMB, "CHATD_HISTORY_CACHE_MB", chatstate.DefaultHistoryCacheBytes>>20, 0,
@@ -142,6 +146,12 @@ func (c *Config) Declare(v *service.Vars) {
 		}
 		return nil
 	}, "CHATD_ACQUIRE_INTERVAL")
+	v.Check(func() error {
+		if c.ToolTimeout <= 0 {
+			return errors.New("CHATD_TOOL_TIMEOUT: must be positive")
+		}
+		return nil
+	}, "CHATD_TOOL_TIMEOUT")
 }
 
 // historyCache is the bundles' cache of active histories, nil when mb is 0.
@@ -172,6 +182,7 @@ func (c *Config) RunnerConfig() runner.Config {
 		TurnMaxDuration:      time.Duration(c.TurnMaxSeconds) * time.Second,
 		TTFTTimeout:          time.Duration(c.TTFTTimeoutSeconds) * time.Second,
 		StreamIdleTimeout:    time.Duration(c.ModelIdleTimeoutSeconds) * time.Second,
+		ToolTimeout:          c.ToolTimeout,
 	}
 }
 
@@ -251,7 +262,7 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	defer parts.Close()
 
 	// MCP sessions are cached per worker and closed when it stops.
-	mcpTools := mcptools.New(pool, mcptools.Options{Log: log, Keys: cfg.Secrets})
+	mcpTools := mcptools.New(pool, mcptools.Options{Log: log, Keys: cfg.Secrets, CallTimeout: cfg.ToolTimeout})
 	defer mcpTools.Close()
 
 	var loop *acquire.Loop

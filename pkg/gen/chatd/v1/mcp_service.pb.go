@@ -41,8 +41,19 @@ type McpServer struct {
 	Enabled        bool                   `protobuf:"varint,7,opt,name=enabled,proto3" json:"enabled,omitempty"`
 	CreatedAt      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt      *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The operator's override of the effect policy of the server's tools: a
+	// tool's name (as the server names it), or "*" for every tool without an
+	// entry, to "retry" (run again, with the same idempotency key, a call
+	// whose worker died before its result was stored) or "never_retry"
+	// (answer such a call with an "interrupted" error result). A tool with
+	// no entry follows its annotations: retry when readOnlyHint or
+	// idempotentHint is true, never_retry otherwise.
+	ToolEffectPolicies map[string]string `protobuf:"bytes,10,rep,name=tool_effect_policies,json=toolEffectPolicies,proto3" json:"tool_effect_policies,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The deadline of one call to the server's tools, in seconds; 0: the
+	// worker's CHATD_TOOL_TIMEOUT.
+	ToolTimeoutSeconds int32 `protobuf:"varint,11,opt,name=tool_timeout_seconds,json=toolTimeoutSeconds,proto3" json:"tool_timeout_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *McpServer) Reset() {
@@ -136,6 +147,20 @@ func (x *McpServer) GetUpdatedAt() *timestamppb.Timestamp {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *McpServer) GetToolEffectPolicies() map[string]string {
+	if x != nil {
+		return x.ToolEffectPolicies
+	}
+	return nil
+}
+
+func (x *McpServer) GetToolTimeoutSeconds() int32 {
+	if x != nil {
+		return x.ToolTimeoutSeconds
+	}
+	return 0
 }
 
 type ListMcpServersRequest struct {
@@ -361,9 +386,15 @@ type CreateMcpServerRequest struct {
 	// Sent as "Authorization: Bearer <token>". Write-only.
 	BearerToken string `protobuf:"bytes,5,opt,name=bearer_token,json=bearerToken,proto3" json:"bearer_token,omitempty"`
 	// Default true.
-	Enabled       *bool `protobuf:"varint,6,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Enabled *bool `protobuf:"varint,6,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	// See McpServer.tool_effect_policies: an object of tool name (or "*") to
+	// "retry" or "never_retry".
+	ToolEffectPolicies *structpb.Struct `protobuf:"bytes,7,opt,name=tool_effect_policies,json=toolEffectPolicies,proto3" json:"tool_effect_policies,omitempty"`
+	// See McpServer.tool_timeout_seconds: 1 to 86400; 0 or unset: the
+	// worker's default.
+	ToolTimeoutSeconds int32 `protobuf:"varint,8,opt,name=tool_timeout_seconds,json=toolTimeoutSeconds,proto3" json:"tool_timeout_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CreateMcpServerRequest) Reset() {
@@ -438,6 +469,20 @@ func (x *CreateMcpServerRequest) GetEnabled() bool {
 	return false
 }
 
+func (x *CreateMcpServerRequest) GetToolEffectPolicies() *structpb.Struct {
+	if x != nil {
+		return x.ToolEffectPolicies
+	}
+	return nil
+}
+
+func (x *CreateMcpServerRequest) GetToolTimeoutSeconds() int32 {
+	if x != nil {
+		return x.ToolTimeoutSeconds
+	}
+	return 0
+}
+
 type CreateMcpServerResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	McpServer     *McpServer             `protobuf:"bytes,1,opt,name=mcp_server,json=mcpServer,proto3" json:"mcp_server,omitempty"`
@@ -491,10 +536,15 @@ type UpdateMcpServerRequest struct {
 	// When set, replaces every stored header; {} removes them all.
 	Headers *structpb.Struct `protobuf:"bytes,5,opt,name=headers,proto3" json:"headers,omitempty"`
 	// When set, replaces the stored token; "" removes it.
-	BearerToken   *string `protobuf:"bytes,6,opt,name=bearer_token,json=bearerToken,proto3,oneof" json:"bearer_token,omitempty"`
-	Enabled       *bool   `protobuf:"varint,7,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BearerToken *string `protobuf:"bytes,6,opt,name=bearer_token,json=bearerToken,proto3,oneof" json:"bearer_token,omitempty"`
+	Enabled     *bool   `protobuf:"varint,7,opt,name=enabled,proto3,oneof" json:"enabled,omitempty"`
+	// When set, replaces every stored policy override; {} removes them all.
+	ToolEffectPolicies *structpb.Struct `protobuf:"bytes,8,opt,name=tool_effect_policies,json=toolEffectPolicies,proto3" json:"tool_effect_policies,omitempty"`
+	// When set, replaces the call deadline; 0 removes it (the worker's
+	// default applies).
+	ToolTimeoutSeconds *int32 `protobuf:"varint,9,opt,name=tool_timeout_seconds,json=toolTimeoutSeconds,proto3,oneof" json:"tool_timeout_seconds,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *UpdateMcpServerRequest) Reset() {
@@ -574,6 +624,20 @@ func (x *UpdateMcpServerRequest) GetEnabled() bool {
 		return *x.Enabled
 	}
 	return false
+}
+
+func (x *UpdateMcpServerRequest) GetToolEffectPolicies() *structpb.Struct {
+	if x != nil {
+		return x.ToolEffectPolicies
+	}
+	return nil
+}
+
+func (x *UpdateMcpServerRequest) GetToolTimeoutSeconds() int32 {
+	if x != nil && x.ToolTimeoutSeconds != nil {
+		return *x.ToolTimeoutSeconds
+	}
+	return 0
 }
 
 type UpdateMcpServerResponse struct {
@@ -712,7 +776,7 @@ var File_chatd_v1_mcp_service_proto protoreflect.FileDescriptor
 
 const file_chatd_v1_mcp_service_proto_rawDesc = "" +
 	"\n" +
-	"\x1achatd/v1/mcp_service.proto\x12\bchatd.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x02\n" +
+	"\x1achatd/v1/mcp_service.proto\x12\bchatd.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9f\x04\n" +
 	"\tMcpServer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12'\n" +
 	"\x0forganization_id\x18\x02 \x01(\tR\x0eorganizationId\x12\x12\n" +
@@ -724,7 +788,13 @@ const file_chatd_v1_mcp_service_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"|\n" +
+	"updated_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12]\n" +
+	"\x14tool_effect_policies\x18\n" +
+	" \x03(\v2+.chatd.v1.McpServer.ToolEffectPoliciesEntryR\x12toolEffectPolicies\x120\n" +
+	"\x14tool_timeout_seconds\x18\v \x01(\x05R\x12toolTimeoutSeconds\x1aE\n" +
+	"\x17ToolEffectPoliciesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"|\n" +
 	"\x15ListMcpServersRequest\x12'\n" +
 	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
@@ -739,19 +809,21 @@ const file_chatd_v1_mcp_service_proto_rawDesc = "" +
 	"\rmcp_server_id\x18\x02 \x01(\tR\vmcpServerId\"J\n" +
 	"\x14GetMcpServerResponse\x122\n" +
 	"\n" +
-	"mcp_server\x18\x01 \x01(\v2\x13.chatd.v1.McpServerR\tmcpServer\"\xe8\x01\n" +
+	"mcp_server\x18\x01 \x01(\v2\x13.chatd.v1.McpServerR\tmcpServer\"\xe5\x02\n" +
 	"\x16CreateMcpServerRequest\x12'\n" +
 	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x10\n" +
 	"\x03url\x18\x03 \x01(\tR\x03url\x121\n" +
 	"\aheaders\x18\x04 \x01(\v2\x17.google.protobuf.StructR\aheaders\x12!\n" +
 	"\fbearer_token\x18\x05 \x01(\tR\vbearerToken\x12\x1d\n" +
-	"\aenabled\x18\x06 \x01(\bH\x00R\aenabled\x88\x01\x01B\n" +
+	"\aenabled\x18\x06 \x01(\bH\x00R\aenabled\x88\x01\x01\x12I\n" +
+	"\x14tool_effect_policies\x18\a \x01(\v2\x17.google.protobuf.StructR\x12toolEffectPolicies\x120\n" +
+	"\x14tool_timeout_seconds\x18\b \x01(\x05R\x12toolTimeoutSecondsB\n" +
 	"\n" +
 	"\b_enabled\"M\n" +
 	"\x17CreateMcpServerResponse\x122\n" +
 	"\n" +
-	"mcp_server\x18\x01 \x01(\v2\x13.chatd.v1.McpServerR\tmcpServer\"\xbd\x02\n" +
+	"mcp_server\x18\x01 \x01(\v2\x13.chatd.v1.McpServerR\tmcpServer\"\xd8\x03\n" +
 	"\x16UpdateMcpServerRequest\x12'\n" +
 	"\x0forganization_id\x18\x01 \x01(\tR\x0eorganizationId\x12\"\n" +
 	"\rmcp_server_id\x18\x02 \x01(\tR\vmcpServerId\x12\x17\n" +
@@ -759,12 +831,15 @@ const file_chatd_v1_mcp_service_proto_rawDesc = "" +
 	"\x03url\x18\x04 \x01(\tH\x01R\x03url\x88\x01\x01\x121\n" +
 	"\aheaders\x18\x05 \x01(\v2\x17.google.protobuf.StructR\aheaders\x12&\n" +
 	"\fbearer_token\x18\x06 \x01(\tH\x02R\vbearerToken\x88\x01\x01\x12\x1d\n" +
-	"\aenabled\x18\a \x01(\bH\x03R\aenabled\x88\x01\x01B\a\n" +
+	"\aenabled\x18\a \x01(\bH\x03R\aenabled\x88\x01\x01\x12I\n" +
+	"\x14tool_effect_policies\x18\b \x01(\v2\x17.google.protobuf.StructR\x12toolEffectPolicies\x125\n" +
+	"\x14tool_timeout_seconds\x18\t \x01(\x05H\x04R\x12toolTimeoutSeconds\x88\x01\x01B\a\n" +
 	"\x05_nameB\x06\n" +
 	"\x04_urlB\x0f\n" +
 	"\r_bearer_tokenB\n" +
 	"\n" +
-	"\b_enabled\"M\n" +
+	"\b_enabledB\x17\n" +
+	"\x15_tool_timeout_seconds\"M\n" +
 	"\x17UpdateMcpServerResponse\x122\n" +
 	"\n" +
 	"mcp_server\x18\x01 \x01(\v2\x13.chatd.v1.McpServerR\tmcpServer\"e\n" +
@@ -791,7 +866,7 @@ func file_chatd_v1_mcp_service_proto_rawDescGZIP() []byte {
 	return file_chatd_v1_mcp_service_proto_rawDescData
 }
 
-var file_chatd_v1_mcp_service_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_chatd_v1_mcp_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_chatd_v1_mcp_service_proto_goTypes = []any{
 	(*McpServer)(nil),               // 0: chatd.v1.McpServer
 	(*ListMcpServersRequest)(nil),   // 1: chatd.v1.ListMcpServersRequest
@@ -804,33 +879,37 @@ var file_chatd_v1_mcp_service_proto_goTypes = []any{
 	(*UpdateMcpServerResponse)(nil), // 8: chatd.v1.UpdateMcpServerResponse
 	(*DeleteMcpServerRequest)(nil),  // 9: chatd.v1.DeleteMcpServerRequest
 	(*DeleteMcpServerResponse)(nil), // 10: chatd.v1.DeleteMcpServerResponse
-	(*timestamppb.Timestamp)(nil),   // 11: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),         // 12: google.protobuf.Struct
+	nil,                             // 11: chatd.v1.McpServer.ToolEffectPoliciesEntry
+	(*timestamppb.Timestamp)(nil),   // 12: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),         // 13: google.protobuf.Struct
 }
 var file_chatd_v1_mcp_service_proto_depIdxs = []int32{
-	11, // 0: chatd.v1.McpServer.created_at:type_name -> google.protobuf.Timestamp
-	11, // 1: chatd.v1.McpServer.updated_at:type_name -> google.protobuf.Timestamp
-	0,  // 2: chatd.v1.ListMcpServersResponse.mcp_servers:type_name -> chatd.v1.McpServer
-	0,  // 3: chatd.v1.GetMcpServerResponse.mcp_server:type_name -> chatd.v1.McpServer
-	12, // 4: chatd.v1.CreateMcpServerRequest.headers:type_name -> google.protobuf.Struct
-	0,  // 5: chatd.v1.CreateMcpServerResponse.mcp_server:type_name -> chatd.v1.McpServer
-	12, // 6: chatd.v1.UpdateMcpServerRequest.headers:type_name -> google.protobuf.Struct
-	0,  // 7: chatd.v1.UpdateMcpServerResponse.mcp_server:type_name -> chatd.v1.McpServer
-	1,  // 8: chatd.v1.McpServerService.ListMcpServers:input_type -> chatd.v1.ListMcpServersRequest
-	3,  // 9: chatd.v1.McpServerService.GetMcpServer:input_type -> chatd.v1.GetMcpServerRequest
-	5,  // 10: chatd.v1.McpServerService.CreateMcpServer:input_type -> chatd.v1.CreateMcpServerRequest
-	7,  // 11: chatd.v1.McpServerService.UpdateMcpServer:input_type -> chatd.v1.UpdateMcpServerRequest
-	9,  // 12: chatd.v1.McpServerService.DeleteMcpServer:input_type -> chatd.v1.DeleteMcpServerRequest
-	2,  // 13: chatd.v1.McpServerService.ListMcpServers:output_type -> chatd.v1.ListMcpServersResponse
-	4,  // 14: chatd.v1.McpServerService.GetMcpServer:output_type -> chatd.v1.GetMcpServerResponse
-	6,  // 15: chatd.v1.McpServerService.CreateMcpServer:output_type -> chatd.v1.CreateMcpServerResponse
-	8,  // 16: chatd.v1.McpServerService.UpdateMcpServer:output_type -> chatd.v1.UpdateMcpServerResponse
-	10, // 17: chatd.v1.McpServerService.DeleteMcpServer:output_type -> chatd.v1.DeleteMcpServerResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	12, // 0: chatd.v1.McpServer.created_at:type_name -> google.protobuf.Timestamp
+	12, // 1: chatd.v1.McpServer.updated_at:type_name -> google.protobuf.Timestamp
+	11, // 2: chatd.v1.McpServer.tool_effect_policies:type_name -> chatd.v1.McpServer.ToolEffectPoliciesEntry
+	0,  // 3: chatd.v1.ListMcpServersResponse.mcp_servers:type_name -> chatd.v1.McpServer
+	0,  // 4: chatd.v1.GetMcpServerResponse.mcp_server:type_name -> chatd.v1.McpServer
+	13, // 5: chatd.v1.CreateMcpServerRequest.headers:type_name -> google.protobuf.Struct
+	13, // 6: chatd.v1.CreateMcpServerRequest.tool_effect_policies:type_name -> google.protobuf.Struct
+	0,  // 7: chatd.v1.CreateMcpServerResponse.mcp_server:type_name -> chatd.v1.McpServer
+	13, // 8: chatd.v1.UpdateMcpServerRequest.headers:type_name -> google.protobuf.Struct
+	13, // 9: chatd.v1.UpdateMcpServerRequest.tool_effect_policies:type_name -> google.protobuf.Struct
+	0,  // 10: chatd.v1.UpdateMcpServerResponse.mcp_server:type_name -> chatd.v1.McpServer
+	1,  // 11: chatd.v1.McpServerService.ListMcpServers:input_type -> chatd.v1.ListMcpServersRequest
+	3,  // 12: chatd.v1.McpServerService.GetMcpServer:input_type -> chatd.v1.GetMcpServerRequest
+	5,  // 13: chatd.v1.McpServerService.CreateMcpServer:input_type -> chatd.v1.CreateMcpServerRequest
+	7,  // 14: chatd.v1.McpServerService.UpdateMcpServer:input_type -> chatd.v1.UpdateMcpServerRequest
+	9,  // 15: chatd.v1.McpServerService.DeleteMcpServer:input_type -> chatd.v1.DeleteMcpServerRequest
+	2,  // 16: chatd.v1.McpServerService.ListMcpServers:output_type -> chatd.v1.ListMcpServersResponse
+	4,  // 17: chatd.v1.McpServerService.GetMcpServer:output_type -> chatd.v1.GetMcpServerResponse
+	6,  // 18: chatd.v1.McpServerService.CreateMcpServer:output_type -> chatd.v1.CreateMcpServerResponse
+	8,  // 19: chatd.v1.McpServerService.UpdateMcpServer:output_type -> chatd.v1.UpdateMcpServerResponse
+	10, // 20: chatd.v1.McpServerService.DeleteMcpServer:output_type -> chatd.v1.DeleteMcpServerResponse
+	16, // [16:21] is the sub-list for method output_type
+	11, // [11:16] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_chatd_v1_mcp_service_proto_init() }
@@ -846,7 +925,7 @@ func file_chatd_v1_mcp_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chatd_v1_mcp_service_proto_rawDesc), len(file_chatd_v1_mcp_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -233,9 +233,13 @@ type MessagePart struct {
 	// ran with. Clients show "Modified by policy". Unset otherwise.
 	PolicyModified *bool `protobuf:"varint,11,opt,name=policy_modified,json=policyModified,proto3,oneof" json:"policy_modified,omitempty"`
 	// hook-notice: the lifecycle event whose hook returned it, e.g. "stop".
-	Hook          *string `protobuf:"bytes,12,opt,name=hook,proto3,oneof" json:"hook,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Hook *string `protobuf:"bytes,12,opt,name=hook,proto3,oneof" json:"hook,omitempty"`
+	// tool-call: the same for every execution of the call, across re-runs
+	// after a crash (docs/tools.md); a client tool recognizes a repeated
+	// call by it. Unset on calls stored before keys were.
+	IdempotencyKey *string `protobuf:"bytes,13,opt,name=idempotency_key,json=idempotencyKey,proto3,oneof" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *MessagePart) Reset() {
@@ -348,6 +352,13 @@ func (x *MessagePart) GetPolicyModified() bool {
 func (x *MessagePart) GetHook() string {
 	if x != nil && x.Hook != nil {
 		return *x.Hook
+	}
+	return ""
+}
+
+func (x *MessagePart) GetIdempotencyKey() string {
+	if x != nil && x.IdempotencyKey != nil {
+		return *x.IdempotencyKey
 	}
 	return ""
 }
@@ -479,7 +490,7 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"\x11_reasoning_effort\"Q\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12#\n" +
-	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"\x97\x04\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"\xd9\x04\n" +
 	"\vMessagePart\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x17\n" +
 	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12%\n" +
@@ -495,7 +506,8 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"\x04name\x18\n" +
 	" \x01(\tH\x06R\x04name\x88\x01\x01\x12,\n" +
 	"\x0fpolicy_modified\x18\v \x01(\bH\aR\x0epolicyModified\x88\x01\x01\x12\x17\n" +
-	"\x04hook\x18\f \x01(\tH\bR\x04hook\x88\x01\x01B\a\n" +
+	"\x04hook\x18\f \x01(\tH\bR\x04hook\x88\x01\x01\x12,\n" +
+	"\x0fidempotency_key\x18\r \x01(\tH\tR\x0eidempotencyKey\x88\x01\x01B\a\n" +
 	"\x05_textB\x0f\n" +
 	"\r_tool_call_idB\f\n" +
 	"\n" +
@@ -506,7 +518,8 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"\v_media_typeB\a\n" +
 	"\x05_nameB\x12\n" +
 	"\x10_policy_modifiedB\a\n" +
-	"\x05_hook\"\xf9\x02\n" +
+	"\x05_hookB\x12\n" +
+	"\x10_idempotency_key\"\xf9\x02\n" +
 	"\rQueuedMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x17\n" +
 	"\achat_id\x18\x02 \x01(\tR\x06chatId\x12/\n" +

@@ -209,6 +209,9 @@ func partsToProto(c chatmsg.Content) ([]*chatdv1.MessagePart, error) {
 			if p.PolicyModified {
 				pp.PolicyModified = proto.Bool(true) // "Modified by policy"
 			}
+			if p.IdempotencyKey != "" {
+				pp.IdempotencyKey = proto.String(p.IdempotencyKey)
+			}
 		case chatmsg.PartToolResult:
 			pp.ToolCallId, pp.ToolName = proto.String(p.ToolCallID), proto.String(p.ToolName)
 			pp.IsError = proto.Bool(p.IsError)

@@ -140,6 +140,12 @@ func (m *MCPServers) CreateMcpServer(ctx context.Context, req *chatdv1.CreateMcp
 	if p.BearerToken, err = validBearerToken(req.GetBearerToken()); err != nil {
 		return nil, err
 	}
+	if p.ToolEffectPolicies, err = validToolEffectPolicies(req.GetToolEffectPolicies()); err != nil {
+		return nil, err
+	}
+	if p.ToolTimeoutSeconds, err = validToolTimeout(req.GetToolTimeoutSeconds()); err != nil {
+		return nil, err
+	}
 	if p.Headers, err = m.s.secrets.SealHeaders(p.Headers, p.ID); err != nil {
 		return nil, err
 	}
@@ -164,8 +170,9 @@ func (m *MCPServers) UpdateMcpServer(ctx context.Context, req *chatdv1.UpdateMcp
 	if err != nil {
 		return nil, err
 	}
-	if req.Name == nil && req.Url == nil && req.Headers == nil && req.BearerToken == nil && req.Enabled == nil {
-		return nil, invalid("nothing to update: set name, url, headers, bearer_token and/or enabled")
+	if req.Name == nil && req.Url == nil && req.Headers == nil && req.BearerToken == nil && req.Enabled == nil &&
+		req.ToolEffectPolicies == nil && req.ToolTimeoutSeconds == nil {
+		return nil, invalid("nothing to update: set name, url, headers, bearer_token, enabled, tool_effect_policies and/or tool_timeout_seconds")
 	}
 	p := queries.MCPServerUpdateParams{ID: id, OrganizationID: org, Enabled: req.Enabled, Now: m.s.now()}
 	if req.Name != nil {
@@ -199,6 +206,17 @@ func (m *MCPServers) UpdateMcpServer(ctx context.Context, req *chatdv1.UpdateMcp
 			return nil, err
 		}
 		p.BearerToken = &t
+	}
+	if req.ToolEffectPolicies != nil {
+		if p.ToolEffectPolicies, err = validToolEffectPolicies(req.ToolEffectPolicies); err != nil {
+			return nil, err
+		}
+	}
+	if req.ToolTimeoutSeconds != nil {
+		p.SetToolTimeout = true
+		if p.ToolTimeoutSeconds, err = validToolTimeout(*req.ToolTimeoutSeconds); err != nil {
+			return nil, err
+		}
 	}
 	row, err := m.s.q.MCPServerUpdate(ctx, p)
 	if err != nil {
@@ -372,5 +390,13 @@ func mcpServerToProto(r queries.ChatMcpServer) *chatdv1.McpServer {
 		Id: r.ID.String(), OrganizationId: r.OrganizationID.String(), Name: r.Name, Url: r.Url,
 		HeaderNames: names, HasBearerToken: r.BearerToken != "", Enabled: r.Enabled,
 		CreatedAt: timestamppb.New(r.CreatedAt), UpdatedAt: timestamppb.New(r.UpdatedAt),
+		ToolEffectPolicies: toolEffectPoliciesOf(r.ToolEffectPolicies), ToolTimeoutSeconds: derefInt32(r.ToolTimeoutSeconds),
 	}
+}
+
+func derefInt32(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
 }

@@ -30,6 +30,7 @@ func (s *Server) toolResultHooks(ctx context.Context, c auth.Claims, rawID strin
 		return nil, err
 	}
 	var pending []chatstate.OpenToolCall
+	var keys map[string]string
 	ref := chatRef(chat)
 	if err := s.machine.View(ctx, chat.ID, func(tx *chatstate.Tx) error {
 		if err := tx.CheckToolResults(ctx, results); err != nil {
@@ -44,6 +45,7 @@ func (s *Server) toolResultHooks(ctx context.Context, c auth.Claims, rawID strin
 		if id := hooks.CurrentTurnID(chat.ID, msgs); err == nil && id != uuid.Nil {
 			ref.TurnID = &id
 		}
+		keys = chatstate.OpenCallKeys(chat.ID, msgs, pending)
 		return err
 	}); err != nil {
 		return nil, s.fail(ctx, err)
@@ -62,7 +64,7 @@ func (s *Server) toolResultHooks(ctx context.Context, c auth.Claims, rawID strin
 		if r.IsError {
 			toolErr = errorText(r.Output)
 		}
-		ev, err := hooks.PostToolUse(ref, r.ToolCallID, name, r.Output, toolErr)
+		ev, err := hooks.PostToolUse(ref, r.ToolCallID, name, keys[r.ToolCallID], r.Output, toolErr)
 		if err != nil {
 			return nil, s.fail(ctx, err)
 		}

@@ -178,6 +178,9 @@ type Part struct {
 	// PolicyModified: a lifecycle hook rewrote this tool call's input
 	// ("Modified by policy"), as in the REST message part.
 	PolicyModified bool `json:"policy_modified,omitempty"`
+	// IdempotencyKey: a tool call's idempotency key, as in the REST
+	// message part.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// Hook, on a hook-notice part, is the lifecycle event whose hook
 	// returned it, as in the REST message part.
 	Hook string `json:"hook,omitempty"`
@@ -237,6 +240,10 @@ type ToolCall struct {
 	ToolCallID string          `json:"tool_call_id"`
 	ToolName   string          `json:"tool_name"`
 	Args       json.RawMessage `json:"args"`
+	// IdempotencyKey is the same for every delivery of the call: a client
+	// that may run it twice (a reconnect, a retried submission) recognizes
+	// the repeat by it.
+	IdempotencyKey string `json:"idempotency_key"`
 }
 
 // ActionRequiredPayload is the action_required payload.
@@ -262,7 +269,7 @@ func encodeParts(raw json.RawMessage) ([]Part, error) {
 			wp.Text, wp.Hook = &t, p.Hook
 		case chatmsg.PartToolCall:
 			wp.ToolCallID, wp.ToolName, wp.Args = p.ToolCallID, p.ToolName, nonNullJSON(p.Args)
-			wp.PolicyModified = p.PolicyModified
+			wp.PolicyModified, wp.IdempotencyKey = p.PolicyModified, p.IdempotencyKey
 		case chatmsg.PartToolResult:
 			b := p.IsError
 			wp.ToolCallID, wp.ToolName, wp.Result, wp.IsError = p.ToolCallID, p.ToolName, p.Result, &b

@@ -6,6 +6,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
@@ -184,6 +186,27 @@ func TestErrorAndActionRequired(t *testing.T) {
 	require.Len(t, calls, 1)
 	require.Equal(t, "call-1", calls[0].ToolCallID)
 	require.JSONEq(t, `{"q":"?"}`, string(calls[0].Args))
+	// A call stored without a key (an older version's) gets one derived
+	// from its message, the same on every read.
+	require.Regexp(t, `^tc_[0-9a-f]{32}$`, calls[0].IdempotencyKey)
+
+	// The key stored with a call is the one the client gets.
+	id3 := h.create()
+	l3 := streamloop.New(h.pool, id3, nil, nil)
+	_, err = l3.Bootstrap(h.ctx)
+	require.NoError(t, err)
+	h.do(id3, func(tx *chatstate.Tx) error {
+		call := chatmsg.ToolCall("call-2", "ask_user", []byte(`{"q":"?"}`))
+		call.IdempotencyKey = "tc_stored"
+		if _, err := tx.CommitStep(h.ctx, chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleAssistant,
+			Content: chatmsg.Content{call}}}}); err != nil {
+			return err
+		}
+		return tx.EnterRequiresAction(h.ctx)
+	})
+	evs, err = l3.Sync(h.ctx, streamloop.HintsFromChat(h.chat(id3)))
+	require.NoError(t, err)
+	require.Equal(t, "tc_stored", evs[2].Payload.(streamloop.ActionRequiredPayload).ToolCalls[0].IdempotencyKey)
 }
 
 // TestRetryEvent: a recorded retry state on a running chat is sent once.

@@ -204,7 +204,8 @@ func dynamicCalls(c queries.Chat, open []queries.ChatMessageOpenToolCallsIfActio
 	out := []ToolCall{}
 	for _, o := range open {
 		if names[o.ToolName] {
-			out = append(out, ToolCall{ToolCallID: o.ToolCallID, ToolName: o.ToolName, Args: nonNullJSON(o.Args)})
+			key := chatstate.StoredCallKey(c.ID, o.MessageID, o.IdempotencyKey, o.ToolCallID)
+			out = append(out, ToolCall{ToolCallID: o.ToolCallID, ToolName: o.ToolName, Args: nonNullJSON(o.Args), IdempotencyKey: key})
 		}
 	}
 	return out, nil

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/llm"
@@ -27,6 +28,46 @@ type Call struct {
 	// Args are the model's arguments, already checked against the tool's
 	// schema for JSON validity and ambiguous keys (pkg/toolargs).
 	Args json.RawMessage
+	// IdempotencyKey is the same for every execution of this stored call,
+	// on any worker (chatstate.IdempotencyKey): a tool that may run a call twice
+	// recognizes the repeat by it.
+	IdempotencyKey string
+}
+
+// Effect is a tool's effect policy: what happens to a call that may have
+// started but whose result was not stored (its worker died, a drain timed
+// out, its lease was lost).
+type Effect int
+
+const (
+	// EffectNeverRetry: the call is not run again; its result is an error
+	// telling the model it was interrupted and may have taken effect. The
+	// zero value: a tool that says nothing is assumed to change the world
+	// and not to be idempotent (MCP's defaults). Its start is recorded
+	// durably before it runs.
+	EffectNeverRetry Effect = iota
+	// EffectRetry: the call runs again with the same idempotency key. For
+	// read-only and idempotent tools.
+	EffectRetry
+)
+
+// String is the policy's name in the API and the docs.
+func (e Effect) String() string {
+	if e == EffectRetry {
+		return "retry"
+	}
+	return "never_retry"
+}
+
+// ParseEffect reads a policy name ("retry", "never_retry").
+func ParseEffect(s string) (Effect, bool) {
+	switch s {
+	case "retry":
+		return EffectRetry, true
+	case "never_retry":
+		return EffectNeverRetry, true
+	}
+	return EffectNeverRetry, false
 }
 
 // Tool is one worker-executed tool.
@@ -37,6 +78,10 @@ type Tool struct {
 	// failures of chatd itself and is reported to the model as an error
 	// result too, with the error's text.
 	Run func(ctx context.Context, call Call) (result json.RawMessage, isError bool, err error)
+	// Effect is the tool's effect policy (the zero value: never_retry).
+	Effect Effect
+	// Timeout bounds one call; zero: the runner's default.
+	Timeout time.Duration
 }
 
 // Provider offers the tools one chat may use. Tools is called once per
@@ -115,9 +160,22 @@ func (tb *Toolbox) Check(name string, args json.RawMessage) (rejection json.RawM
 	return nil, true
 }
 
-// Run executes one call, answering a call Check rejects with that error
-// result before any tool runs.
+// Effect is the effect policy of the tool named name; an unknown tool's
+// is never_retry (it cannot run anyway).
+func (tb *Toolbox) Effect(name string) Effect { return tb.tools[name].Effect }
+
+// Timeout is the per-call deadline the tool named name declares (zero:
+// none of its own).
+func (tb *Toolbox) Timeout(name string) time.Duration { return tb.tools[name].Timeout }
+
+// Run executes one call with no idempotency key (RunCall).
 func (tb *Toolbox) Run(ctx context.Context, toolCallID, name string, args json.RawMessage) (json.RawMessage, bool) {
+	return tb.RunCall(ctx, toolCallID, name, args, "")
+}
+
+// RunCall executes one call, answering a call Check rejects with that
+// error result before any tool runs. key is the call's idempotency key.
+func (tb *Toolbox) RunCall(ctx context.Context, toolCallID, name string, args json.RawMessage, key string) (json.RawMessage, bool) {
 	if rejection, ok := tb.Check(name, args); !ok {
 		return rejection, true
 	}
@@ -125,7 +183,7 @@ func (tb *Toolbox) Run(ctx context.Context, toolCallID, name string, args json.R
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
-	out, isErr, err := t.Run(ctx, Call{Chat: tb.chat, ToolCallID: toolCallID, Args: args})
+	out, isErr, err := t.Run(ctx, Call{Chat: tb.chat, ToolCallID: toolCallID, Args: args, IdempotencyKey: key})
 	if err != nil {
 		return ErrorResult(fmt.Sprintf("%s failed: %v", name, err)), true
 	}

@@ -109,7 +109,7 @@ func (t Tools) PreToolUse(ctx context.Context, chat queries.Chat, call runner.To
 	if call.Client {
 		schema = runner.ClientToolSchema(chat, call.Name)
 	}
-	ev, err := hooks.PreToolUse(turnRef(ctx, chat), call.ID, call.Name, call.Input, schema)
+	ev, err := hooks.PreToolUse(turnRef(ctx, chat), call.ID, call.Name, call.Key, call.Input, schema)
 	if err != nil {
 		return runner.ToolDecision{}, err
 	}
@@ -145,7 +145,7 @@ func (t Tools) PostToolUse(ctx context.Context, chat queries.Chat, call runner.T
 			toolErr = string(result)
 		}
 	}
-	ev, err := hooks.PostToolUse(turnRef(ctx, chat), call.ID, call.Name, result, toolErr)
+	ev, err := hooks.PostToolUse(turnRef(ctx, chat), call.ID, call.Name, call.Key, result, toolErr)
 	if err != nil {
 		return nil, err
 	}

@@ -50,6 +50,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/llm"
 	"github.com/chatd/chatd/pkg/secrets"
@@ -107,6 +108,9 @@ type Provider struct {
 
 	mu    sync.Mutex
 	conns map[uuid.UUID]*conn // by server ID
+	// progress routes a server's notifications/progress to the call that
+	// asked for them, by progress token (the call's idempotency key).
+	progress sync.Map // string -> func(agenttools.Progress)
 	// connects counts successful connections, for tests and metrics.
 	connects atomic.Int64
 }
@@ -238,8 +242,10 @@ func (p *Provider) serverTools(ctx context.Context, srv queries.ChatMcpServer) [
 		out = append(out, agenttools.Tool{
 			Spec: llm.ToolSpec{Name: name, Description: desc, InputSchema: schema},
 			Run: func(ctx context.Context, call agenttools.Call) (json.RawMessage, bool, error) {
-				return p.call(ctx, c, toolName, call.Args)
+				return p.call(ctx, c, toolName, call.Args, call.IdempotencyKey)
 			},
+			Effect:  Effect(srv, t),
+			Timeout: p.callTimeout(srv),
 		})
 	}
 	return out
@@ -315,12 +321,15 @@ func (c *conn) list(ctx context.Context, p *Provider, srv queries.ChatMcpServer)
 }
 
 // call runs one tool call on the server's session.
-func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.RawMessage) (json.RawMessage, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.opts.CallTimeout)
-	defer cancel()
+// key is the call's idempotency key, sent in params._meta under
+// chatstate.IdempotencyKeyMeta.
+func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.RawMessage, key string) (json.RawMessage, bool, error) {
 	c.mu.Lock()
 	c.used = p.opts.Now()
 	name, srv := c.server.Name, c.server
+	timeout := p.callTimeout(srv)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	var session *mcp.ClientSession
 	err := c.withSession(ctx, p, func(s *mcp.ClientSession) error { session = s; return nil })
 	c.mu.Unlock()
@@ -332,6 +341,16 @@ func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.Raw
 		return agenttools.ErrorResult(fmt.Sprintf("MCP server %q is unreachable; the details are in the worker log", name)), true, nil
 	}
 	params := &mcp.CallToolParams{Name: tool, Arguments: args}
+	if key != "" {
+		params.Meta = mcp.Meta{chatstate.IdempotencyKeyMeta: key}
+		if report := agenttools.ProgressListener(ctx); report != nil {
+			// The server's notifications/progress for this call reach
+			// the call's watchers as live parts.
+			params.SetProgressToken(key)
+			p.progress.Store(key, report)
+			defer p.progress.Delete(key)
+		}
+	}
 	res, err := session.CallTool(ctx, params)
 	if err != nil && errors.Is(err, mcp.ErrSessionMissing) {
 		// The server forgot the session (a restart): the call never ran.
@@ -355,7 +374,7 @@ func (p *Provider) call(ctx context.Context, c *conn, tool string, args json.Raw
 			c.mu.Unlock()
 		}
 		if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-			return agenttools.ErrorResult(fmt.Sprintf("MCP tool %s%s%s did not answer within %s", name, Separator, tool, p.opts.CallTimeout)), true, nil
+			return agenttools.ErrorResult(fmt.Sprintf("MCP tool %s%s%s did not answer within %s", name, Separator, tool, timeout)), true, nil
 		}
 		return agenttools.ErrorResult(scrub(srv, fmt.Sprintf("MCP tool %s%s%s failed: %v", name, Separator, tool, err))), true, nil
 	}
@@ -434,7 +453,8 @@ func (p *Provider) connect(ctx context.Context, srv queries.ChatMcpServer) (*mcp
 		DisableStandaloneSSE: true,
 	}
 	client := mcp.NewClient(&mcp.Implementation{Name: "chatd-worker", Version: "v1"}, &mcp.ClientOptions{
-		Logger: p.opts.Log.With(slog.String("mcp_server", srv.Name)),
+		Logger:                      p.opts.Log.With(slog.String("mcp_server", srv.Name)),
+		ProgressNotificationHandler: p.onProgress,
 	})
 	start := connectStart(ctx)
 	s, err := client.Connect(ctx, transport, nil)
@@ -539,4 +559,18 @@ func ResultText(res *mcp.CallToolResult) string {
 		}
 	}
 	return strings.Join(parts, "\n")
+}
+
+// onProgress forwards a server's notifications/progress to the call whose
+// progress token it names.
+func (p *Provider) onProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	token, ok := req.Params.ProgressToken.(string)
+	if !ok {
+		return
+	}
+	if report, ok := p.progress.Load(token); ok {
+		report.(func(agenttools.Progress))(agenttools.Progress{
+			Progress: req.Params.Progress, Total: req.Params.Total, Message: req.Params.Message,
+		})
+	}
 }

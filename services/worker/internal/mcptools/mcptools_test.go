@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/services/worker/internal/agenttools"
@@ -37,11 +38,13 @@ type mcpServer struct {
 	auth    []string // Authorization headers seen
 	apiKeys []string // X-Api-Key headers seen
 	calls   atomic.Int64
+	// progressSeen is closed once a watcher saw the steps tool's report.
+	progressSeen chan struct{}
 }
 
 func newMCPServer(t testing.TB) *mcpServer {
 	t.Helper()
-	m := &mcpServer{}
+	m := &mcpServer{progressSeen: make(chan struct{})}
 	m.restart()
 	m.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		m.mu.Lock()
@@ -71,6 +74,20 @@ func (m *mcpServer) restart() {
 	mcp.AddTool(s, &mcp.Tool{Name: "files.read", Description: "A name with a dot."},
 		func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "contents"}}}, nil, nil
+		})
+	mcp.AddTool(s, &mcp.Tool{Name: "steps", Description: "Reports progress; read-only.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			key, _ := req.Params.Meta[chatstate.IdempotencyKeyMeta].(string)
+			if token := req.Params.GetProgressToken(); token != nil {
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: 1, Total: 2, Message: "half way"})
+				// A long call: it goes on until its watcher saw the report.
+				select {
+				case <-m.progressSeen:
+				case <-ctx.Done():
+				case <-time.After(10 * time.Second):
+				}
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "key " + key}}}, nil, nil
 		})
 	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
 	m.handler.Store(&h)
@@ -154,7 +171,7 @@ func TestToolsAndCalls(t *testing.T) {
 	p := f.provider(mcptools.Options{})
 
 	tb := f.toolbox(p)
-	require.Equal(t, []string{"tools__broken", "tools__echo", "tools__files_read"}, names(tb))
+	require.Equal(t, []string{"tools__broken", "tools__echo", "tools__files_read", "tools__steps"}, names(tb))
 	var echoSpec json.RawMessage
 	for _, s := range tb.Specs() {
 		if s.Name == "tools__echo" {
@@ -238,10 +255,10 @@ func TestServerChangesAndFailures(t *testing.T) {
 	f.addServer("down", down.URL, nil, "")
 	f.addServer("refused", "http://127.0.0.1:1/mcp", nil, "")
 	p2 := f.provider(mcptools.Options{ConnectTimeout: 5 * time.Second})
-	require.Equal(t, []string{"svc__broken", "svc__echo", "svc__files_read"}, names(f.toolbox(p2)))
+	require.Equal(t, []string{"svc__broken", "svc__echo", "svc__files_read", "svc__steps"}, names(f.toolbox(p2)))
 	hits := downHits.Load()
 	require.Positive(t, hits)
-	require.Equal(t, []string{"svc__broken", "svc__echo", "svc__files_read"}, names(f.toolbox(p2)))
+	require.Equal(t, []string{"svc__broken", "svc__echo", "svc__files_read", "svc__steps"}, names(f.toolbox(p2)))
 	require.Equal(t, hits, downHits.Load(), "within RetryAfter the failed server is not dialed again")
 	out, isErr = f.toolbox(p2).Run(f.ctx, "c", "down__anything", json.RawMessage(`{}`))
 	require.True(t, isErr)
@@ -324,4 +341,45 @@ func BenchmarkStep(b *testing.B) {
 			p.Close()
 		}
 	})
+}
+
+// A call carries its idempotency key in params._meta and gets the
+// server's notifications/progress; a tool's effect policy follows its
+// annotations unless the server's row overrides it.
+func TestCallKeyProgressAndEffect(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	srv := newMCPServer(t)
+	f.addServer("svc", srv.URL, nil, "")
+	p := f.provider(mcptools.Options{})
+	tb := f.toolbox(p)
+	require.Equal(t, agenttools.EffectRetry, tb.Effect("svc__steps"), "readOnlyHint")
+	require.Equal(t, agenttools.EffectNeverRetry, tb.Effect("svc__echo"), "no annotations: MCP's defaults")
+
+	var mu sync.Mutex
+	var got []agenttools.Progress
+	ctx := agenttools.WithProgress(f.ctx, func(pr agenttools.Progress) {
+		mu.Lock()
+		got = append(got, pr)
+		if len(got) == 1 {
+			close(srv.progressSeen)
+		}
+		mu.Unlock()
+	})
+	out, isErr := tb.RunCall(ctx, "c1", "svc__steps", json.RawMessage(`{}`), "tc_key1")
+	require.False(t, isErr, "%s", out)
+	require.JSONEq(t, `"key tc_key1"`, string(out))
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 1
+	}, 10*time.Second, 10*time.Millisecond, "the progress notification reached the call")
+	mu.Lock()
+	require.Equal(t, agenttools.Progress{Progress: 1, Total: 2, Message: "half way"}, got[0])
+	mu.Unlock()
+
+	// The operator's overrides: per tool, then "*".
+	row := queries.ChatMcpServer{ToolEffectPolicies: json.RawMessage(`{"steps":"never_retry","*":"retry"}`)}
+	require.Equal(t, agenttools.EffectNeverRetry, mcptools.Effect(row, &mcp.Tool{Name: "steps", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}))
+	require.Equal(t, agenttools.EffectRetry, mcptools.Effect(row, &mcp.Tool{Name: "echo"}))
 }

@@ -18,7 +18,7 @@ func TestToolsUseTheServersTheBundleRead(t *testing.T) {
 	f := setup(t)
 	stored := f.addServer("tools", newMCPServer(t).URL, nil, "")
 	p := f.provider(mcptools.Options{})
-	all := []string{"tools__broken", "tools__echo", "tools__files_read"}
+	all := []string{"tools__broken", "tools__echo", "tools__files_read", "tools__steps"}
 
 	// The bundle's reading says the organization has no servers (it read
 	// before this one was added, say): nothing is offered.

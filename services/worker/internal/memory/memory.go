@@ -90,10 +90,13 @@ func (p *Provider) Tools(ctx context.Context, chat queries.Chat) ([]agenttools.T
 	bind := func(f func(context.Context, uuid.UUID, agenttools.Call) (json.RawMessage, bool, error)) func(context.Context, agenttools.Call) (json.RawMessage, bool, error) {
 		return func(ctx context.Context, c agenttools.Call) (json.RawMessage, bool, error) { return f(ctx, project, c) }
 	}
+	// Every memory tool may run again after a crash (agenttools.Effect):
+	// reading changes nothing, a save of a name replaces that memory, a
+	// second delete finds nothing to delete.
 	return []agenttools.Tool{
-		{Spec: llm.ToolSpec{Name: ToolRead, Description: readDescription(index), InputSchema: readSchema}, Run: bind(p.read)},
-		{Spec: llm.ToolSpec{Name: ToolSave, Description: saveDescription, InputSchema: saveSchema}, Run: bind(p.save)},
-		{Spec: llm.ToolSpec{Name: ToolDelete, Description: deleteDescription, InputSchema: deleteSchema}, Run: bind(p.delete)},
+		{Spec: llm.ToolSpec{Name: ToolRead, Description: readDescription(index), InputSchema: readSchema}, Run: bind(p.read), Effect: agenttools.EffectRetry},
+		{Spec: llm.ToolSpec{Name: ToolSave, Description: saveDescription, InputSchema: saveSchema}, Run: bind(p.save), Effect: agenttools.EffectRetry},
+		{Spec: llm.ToolSpec{Name: ToolDelete, Description: deleteDescription, InputSchema: deleteSchema}, Run: bind(p.delete), Effect: agenttools.EffectRetry},
 	}, nil
 }
 

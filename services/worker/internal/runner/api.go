@@ -57,6 +57,7 @@ type Config struct {
 	StreamIdleTimeout    time.Duration // CHATD_MODEL_IDLE_TIMEOUT_SECONDS (default 2m); 0 = none
 	RetryBaseDelay       time.Duration // first backoff, default 1s
 	RetryMaxDelay        time.Duration // backoff cap, default 30s
+	ToolTimeout          time.Duration // CHATD_TOOL_TIMEOUT, one tool call's deadline (default 15m)
 }
 
 // Deps are the runner's collaborators, shared by every runner of a worker.

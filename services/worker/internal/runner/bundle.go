@@ -48,6 +48,13 @@ const (
 	// only what ends the turn with no work outside the transaction,
 	// FinishTurn or EnterRequiresAction.
 	scopeFinish
+	// scopeNext: inside a CommitStep bundle, after the step's messages:
+	// what scopeFinish applies, or the next step the following goroutine
+	// takes up at once (what scopeFirst decides: the stored step's calls
+	// to run, a model call with its RecordGenerationAttempt, a compaction,
+	// a stop dispatch). The decision is handed to that goroutine
+	// (handOff), which spares it a bundle of its own.
+	scopeNext
 )
 
 // allows reports whether the scope may apply the step of a generation
@@ -62,6 +69,8 @@ func (s stepScope) allows(action string) bool {
 		return false
 	case scopeFinish:
 		return action == actionFinishTurn || action == actionRequiresAction
+	case scopeNext:
+		return scopeFinish.allows(action) || scopeFirst.allows(action)
 	}
 	return true
 }
@@ -177,13 +186,13 @@ func (r *runner) takeFirstStep(in intent) (*FirstStep, bool) {
 }
 
 // finishInBundle applies, after a CommitStep in the same bundle, what ends
-// the turn when the step left nothing to do (scopeFinish), and Abandon when
-// FinishTurn lands in waiting: the runner's loop would spawn the abandon
-// goroutine for that state. It reports the plan it applied (planDeferred:
-// nothing).
+// the turn when the step left nothing to do, or decides the next step
+// (scopeNext), and Abandon when FinishTurn lands in waiting: the runner's
+// loop would spawn the abandon goroutine for that state. It reports the
+// plan it decided (planDeferred: nothing).
 func (r *runner) finishInBundle(ctx context.Context, tx *chatstate.Tx) (plan, error) {
 	var p plan
-	if err := r.decideStep(ctx, tx, &p, scopeFinish); err != nil {
+	if err := r.decideStep(ctx, tx, &p, scopeNext); err != nil {
 		return plan{}, err
 	}
 	if p.action == actionFinishTurn && tx.State() == chatstate.W {
@@ -192,4 +201,20 @@ func (r *runner) finishInBundle(ctx context.Context, tx *chatstate.Tx) (plan, er
 		}
 	}
 	return p, nil
+}
+
+// handOff gives the next generation goroutine the step decided in the
+// committed bundle whose chat is chat (finishInBundle): the goroutine of
+// that history version takes it up without a bundle of its own
+// (takeFirstStep checks it is the work it was decided for). A goroutine
+// that started before the hand-off decides its own step, as before.
+func (r *runner) handOff(chat queries.Chat, p plan, began time.Time) {
+	switch p.kind {
+	case planTools, planModel, planStop:
+	default:
+		return
+	}
+	r.first.mu.Lock()
+	defer r.first.mu.Unlock()
+	r.first.step = &FirstStep{chat: chat, plan: p, began: began}
 }

@@ -24,8 +24,14 @@ import (
 // a runner whose lease another worker took over. what names the bundle
 // in the logs.
 func (r *runner) commit(ctx context.Context, in intent, what string, fn func(tx *chatstate.Tx) error) (chatstate.Result, error) {
+	return r.commitThen(ctx, in, what, fn, nil)
+}
+
+// commitThen is commit, calling committed (when not nil) with the result
+// once the bundle committed, before the runner's loop hears of it.
+func (r *runner) commitThen(ctx context.Context, in intent, what string, fn func(tx *chatstate.Tx) error, committed func(chatstate.Result)) (chatstate.Result, error) {
 	for failures := 0; ; failures++ {
-		res, err := r.update(ctx, in, fn)
+		res, err := r.updateThen(ctx, in, fn, committed)
 		if err == nil || ctx.Err() != nil || !transientDBError(err) {
 			return res, err
 		}

@@ -2,27 +2,19 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 
-	"github.com/chatd/chatd/pkg/chatfiles"
-	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/llm"
-	"github.com/chatd/chatd/pkg/modelconfig"
-	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/telemetry"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
-	"github.com/chatd/chatd/services/worker/internal/agenttools"
-	"github.com/chatd/chatd/services/worker/internal/mcptools"
 )
 
 // errTurnLimit ends a model call that ran past the turn time limit.
@@ -82,6 +74,17 @@ type plan struct {
 // step from the active history under the fence and applies its transition.
 // A committed step changes history_version, which makes the loop replace
 // this goroutine, so it returns after CommitStep; it loops only to retry.
+//
+// A turn, read top to bottom, is a sequence of these goroutines:
+//
+//  1. decide (decideStep): open calls to run, requires_action, the turn's
+//     end, or a model call (RecordGenerationAttempt);
+//  2. prepare the request (stage_prepare.go);
+//  3. call the model (stage_model.go);
+//  4. store the step, its calls open (store_step.go) — a new history
+//     version: the next goroutine decides again;
+//  5. run the open calls by their effect policy and store their results
+//     (run_calls.go) — a new history version: back to 1.
 func (r *runner) generate(ctx context.Context, in intent) error {
 	timeline.Mark("worker.generate")
 	for {
@@ -100,7 +103,7 @@ func (r *runner) generate(ctx context.Context, in intent) error {
 			case planStop:
 				return false, r.stopTurn(ctx, in, p)
 			case planTools:
-				return false, r.answerOpenCalls(ctx, in, p)
+				return false, r.runOpenCalls(ctx, in, p)
 			}
 			return r.attempt(ctx, in, p)
 		})
@@ -167,9 +170,23 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scop
 	}
 	p.trigger = turnTrigger(tx.Chat(), msgs)
 	p.turnID = turnID(tx.Chat().ID, msgs)
+	// The worker's own calls are answered first; the client's then wait
+	// in requires_action (a step may hold both).
+	open, err := tx.OpenToolCalls(ctx)
+	if err != nil {
+		return err
+	}
 	pending, err := tx.PendingDynamicToolCalls(ctx)
 	if err != nil {
 		return err
+	}
+	if local := workerCalls(open, pending); len(local) > 0 {
+		if !scope.allows(actionRunTools) {
+			return p.defer_()
+		}
+		// The tools read the calling chat (its family, its project).
+		p.kind, p.open, p.msgs, p.action, p.chat = planTools, local, msgs, actionRunTools, tx.Chat()
+		return nil
 	}
 	if len(pending) > 0 {
 		if !scope.allows(actionRequiresAction) {
@@ -177,18 +194,6 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scop
 		}
 		p.kind, p.action = planDone, actionRequiresAction
 		return tx.EnterRequiresAction(ctx)
-	}
-	open, err := tx.OpenToolCalls(ctx)
-	if err != nil {
-		return err
-	}
-	if len(open) > 0 {
-		if !scope.allows(actionRunTools) {
-			return p.defer_()
-		}
-		// The tools read the calling chat (its family, its project).
-		p.kind, p.open, p.msgs, p.action, p.chat = planTools, open, msgs, actionRunTools, tx.Chat()
-		return nil
 	}
 	if tx.Chat().CompactionRequestedAt != nil && !scope.allows(actionCompaction) {
 		return p.defer_()
@@ -239,6 +244,19 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scop
 	return nil
 }
 
+// workerCalls are the open calls that are not the client's (pending).
+func workerCalls(open, pending []chatstate.OpenToolCall) []chatstate.OpenToolCall {
+	var out []chatstate.OpenToolCall
+	for _, c := range open {
+		if !slices.ContainsFunc(pending, func(d chatstate.OpenToolCall) bool {
+			return d.MessageID == c.MessageID && d.ToolCallID == c.ToolCallID
+		}) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // finishError parks the chat in error with msg, under the fence; a
 // transient database failure is retried (commit.go).
 func (r *runner) finishError(ctx context.Context, in intent, msg string) error {
@@ -249,71 +267,28 @@ func (r *runner) finishError(ctx context.Context, in intent, msg string) error {
 	return err
 }
 
-// attempt makes one model call and applies its outcome: CommitStep on
-// success, RecordRetryState and a backoff on a retryable error (again is
-// true then), FinishError otherwise.
+// attempt is one model step, its stages in order: prepare the request
+// (stage_prepare.go), call the model (stage_model.go), store the step
+// (store_step.go). The step's calls run in the next goroutine, on this
+// worker or the one that resumes the turn (run_calls.go), which stores
+// their results; then the loop decides again. A retryable failure records
+// RecordRetryState and waits out a backoff (again is true then); any
+// other failure applies FinishError.
 func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, err error) {
 	if p.compaction != nil {
 		return r.compact(ctx, in, p)
 	}
-	// Preparation's own work (model resolution, tool assembly and its
-	// mcp_connect) nests under prepare.
-	timeline.Mark("worker.prepare")
-	pctx, prepare := r.stages.Start(ctx, telemetry.StagePrepare)
-	model, cfg, err := r.openModel(pctx, p)
-	var terminal *terminalError
-	if errors.As(err, &terminal) {
-		prepare.End(err)
-		return false, r.finishError(ctx, in, terminal.msg)
+	call, err := r.prepare(ctx, in, p)
+	if err != nil || call == nil {
+		return false, err // nil call: the preparation ended the turn
 	}
-	if err != nil {
-		prepare.End(stageError(ctx, err))
-		return false, err
-	}
-	timeline.Mark("worker.prepare.model")
-	tctx := pctx
-	if p.mcpServers != nil {
-		tctx = mcptools.WithEnabledServers(pctx, p.chat.OrganizationID, *p.mcpServers)
-	}
-	tb, err := r.toolbox(tctx, p.chat)
-	timeline.Mark("worker.prepare.toolbox")
-	if err != nil {
-		prepare.End(stageError(ctx, err))
-		return false, err
-	}
-	req, err := buildRequest(r.deps.Prompts, p.chat, p.msgs, tb.Specs())
-	if err != nil {
-		prepare.End(err)
-		return false, r.finishError(ctx, in, err.Error())
-	}
-	timeline.Mark("worker.prepare.request")
-	// Attachments: evicted files become placeholders (user uploads) or go
-	// (assistant and tool files); the rest load from the chat's files.
-	if req.Messages, err = chatfiles.PreparePrompt(ctx, queries.New(r.deps.Pool), p.chat.ID, req.Messages); err != nil {
-		prepare.End(stageError(ctx, err))
-		return false, err
-	}
-	req.Files = chatfiles.Loader{Q: queries.New(r.deps.Pool), ChatID: p.chat.ID}
-	effort := ""
-	if p.chat.LastReasoningEffort != nil {
-		effort = *p.chat.LastReasoningEffort
-	}
-	req.ReasoningEffort = llm.ResolveEffort(effort, cfg.Options)
-	sm := stageModel(model.Info(), req.ReasoningEffort)
-	prepare.SetModel(sm)
-	prepare.End(nil)
-	// The generation_step runs on the model from here on.
-	trace.SpanFromContext(ctx).SetAttributes(sm.Attributes()...)
-	ctx = telemetry.WithStageModel(ctx, sm)
-
-	ep := partbuf.Episode{ChatID: r.spec.ChatID, HistoryVersion: in.HistoryVersion, GenerationAttempt: p.chat.GenerationAttempt}
-	timeline.Mark("worker.model.call")
-	resp, callErr := r.stream(ctx, model, req, ep, p.turnDeadline)
+	ctx = call.onModel(ctx)
+	resp, callErr := r.callModel(ctx, in, p, call)
 	switch {
 	case ctx.Err() != nil:
 		return false, ctx.Err()
 	case callErr == nil:
-		return false, r.commitResponse(ctx, in, p, cfg, tb, resp)
+		return false, r.storeStep(ctx, in, p, call.cfg, call.tools, resp)
 	case errors.Is(callErr, errTurnLimit):
 		return false, r.finishError(ctx, in, turnLimitMessage(r.cfg.TurnMaxDuration))
 	case !llm.IsRetryable(callErr):
@@ -350,145 +325,6 @@ func (r *runner) retryAfter(ctx context.Context, in intent, n int64, callErr err
 	return true, nil
 }
 
-// openModel resolves the chat's model config (its last model, else the
-// organization's default) and opens it.
-func (r *runner) openModel(ctx context.Context, p plan) (llm.Model, modelconfig.ModelConfig, error) {
-	var cfg modelconfig.ModelConfig
-	var prov modelconfig.Provider
-	if p.model != nil {
-		// Resolved in the step's bundle (compactionTriggers): this is on
-		// the way to the turn's first part, and a second read would find
-		// the same row.
-		cfg, prov = p.model.cfg, p.model.provider
-	} else {
-		var err error
-		cfg, prov, err = r.resolveChatModel(ctx, r.models.Reader(), p.chat)
-		if errors.Is(err, modelconfig.ErrNoDefaultModelConfig) {
-			return nil, cfg, &terminalError{msg: err.Error()}
-		}
-		if err != nil {
-			return nil, cfg, err
-		}
-	}
-	model, err := r.open(prov, cfg)
-	if err != nil {
-		return nil, cfg, &terminalError{msg: err.Error()}
-	}
-	return model, cfg, nil
-}
-
-// chatModel is a resolved chat model: its config and its provider.
-type chatModel struct {
-	cfg      modelconfig.ModelConfig
-	provider modelconfig.Provider
-}
-
-// resolveChatModel resolves the model config chat runs on, config and
-// provider in one statement, with the spec's fallback: a stored config
-// that became unusable gives way to the organization's default.
-func (r *runner) resolveChatModel(ctx context.Context, models modelconfig.Reader, chat queries.Chat) (modelconfig.ModelConfig, modelconfig.Provider, error) {
-	cfg, prov, err := models.ResolveWithProvider(ctx, chat.OrganizationID, chat.LastModelConfigID)
-	if err != nil && chat.LastModelConfigID != nil && errors.Is(err, modelconfig.ErrInvalid) {
-		r.log.Info("stored model config unavailable; using the organization default", slog.String("reason", err.Error()))
-		cfg, prov, err = models.ResolveWithProvider(ctx, chat.OrganizationID, nil)
-	}
-	return cfg, prov, err
-}
-
-// open builds the model of cfg (Deps.OpenModel, else llm.Open).
-func (r *runner) open(prov modelconfig.Provider, cfg modelconfig.ModelConfig) (llm.Model, error) {
-	if r.deps.OpenModel != nil {
-		return r.deps.OpenModel(prov, cfg)
-	}
-	return llm.Open(prov, cfg)
-}
-
-// streamPart is the JSON of one streamed delta in the part buffer: the
-// part's index in the assistant message and the delta as a message part.
-type streamPart struct {
-	Index int `json:"index"`
-	chatmsg.Part
-}
-
-// stream runs one model call in its own part-buffer episode, with the
-// first-token and idle timeouts and the turn deadline on the runner's clock
-// (streamwatch.go).
-func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, ep partbuf.Episode, turnDeadline time.Time) (llm.Response, error) {
-	if buf := r.deps.Parts; buf != nil {
-		if err := buf.CreateEpisode(ep); err != nil {
-			r.log.Debug("create episode", slog.String("episode", ep.String()), slog.String("error", err.Error()))
-		}
-		defer buf.CloseEpisode(ep)
-		_ = buf.StartModelInvocation(ep)
-	}
-	watch := r.watchStream(ctx, turnDeadline)
-	defer watch.stop()
-	sctx := watch.ctx
-	sm := stageModel(model.Info(), req.ReasoningEffort)
-	sctx, streamStage := r.stages.Start(sctx, telemetry.StageStream, telemetry.WithModel(sm))
-	_, ttft := r.stages.Start(sctx, telemetry.StageTTFT, telemetry.WithModel(sm))
-	thinking := newThinkingParts()
-	var acc llm.Accumulator
-	var callErr error
-	for ev, err := range model.Stream(sctx, req) {
-		if err != nil {
-			callErr = err
-			break
-		}
-		watch.event()
-		if isOutputPart(ev) {
-			ttft.End(nil) // the first output part closes the window; later Ends are no-ops
-		}
-		thinking.observe(ev, r.clock.Now())
-		if err := acc.Add(ev); err != nil {
-			callErr = llm.NewFatal(err)
-			break
-		}
-		r.bufferPart(ep, ev)
-	}
-	defer func() {
-		end := r.clock.Now()
-		// A window no output part closed records no observation.
-		ttft.EndUnobserved(end, stageError(ctx, callErr))
-		thinking.record(sctx, r.stages, sm)
-		streamStage.EndAt(end, stageError(ctx, callErr))
-	}()
-	if callErr == nil && !acc.Finished() {
-		callErr = llm.NewRetryable(errors.New("the model stream ended without a finish event"))
-	}
-	callErr = watch.err(ctx, callErr)
-	return llm.Response{Content: acc.Content(), Usage: acc.Usage(), FinishReason: acc.FinishReason()}, callErr
-}
-
-// bufferPart adds a streamed delta to the episode, best effort.
-func (r *runner) bufferPart(ep partbuf.Episode, ev llm.Event) {
-	if r.deps.Parts == nil {
-		return
-	}
-	var part chatmsg.Part
-	switch ev.Type {
-	case llm.EventTextDelta:
-		part = chatmsg.Part{Type: chatmsg.PartText, Text: ev.Delta}
-	case llm.EventReasoningDelta:
-		part = chatmsg.Part{Type: chatmsg.PartReasoning, Text: ev.Delta}
-	case llm.EventToolCall:
-		if !json.Valid(ev.ToolCall.Input) {
-			return
-		}
-		part = chatmsg.ToolCall(ev.ToolCall.ID, ev.ToolCall.Name, ev.ToolCall.Input)
-	default:
-		return
-	}
-	data, err := json.Marshal(streamPart{Index: ev.Part, Part: part})
-	if err != nil {
-		return
-	}
-	seq, _ := r.deps.Parts.AddPart(ep, string(chatstate.RoleAssistant), data)
-	if seq == 1 {
-		timeline.Mark("worker.part1")
-	}
-}
-
 // usageJSON is the stored form of a response's usage.
 type usageJSON struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
@@ -496,111 +332,6 @@ type usageJSON struct {
 	CacheReadTokens  int64 `json:"cache_read_tokens,omitempty"`
 	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
 	ReasoningTokens  int64 `json:"reasoning_tokens,omitempty"`
-}
-
-// commitResponse runs the response's worker-executed tool calls and commits
-// the assistant message with their results in one CommitStep. Dynamic tool
-// calls stay open; the next step enters requires_action. tb is the toolbox
-// the step collected for the model request.
-func (r *runner) commitResponse(ctx context.Context, in intent, p plan, cfg modelconfig.ModelConfig, tb *agenttools.Toolbox, resp llm.Response) error {
-	dynamic, err := chatstate.DynamicToolNames(p.chat.DynamicTools)
-	if err != nil {
-		return err
-	}
-	content := resp.Content
-	// Admission first (toolhooks.go): pre_tool_use for every call the
-	// toolbox would run, sequentially, before any tool runs or anything is
-	// stored. A denied call gets a synthetic error result; an override is
-	// stored with the call and run.
-	th := r.toolHooks()
-	answered := map[int]chatmsg.Part{}
-	hooked := map[int]ToolCall{}
-	var effects []chatstate.NewMessage
-	for i, part := range content {
-		if part.Type != chatmsg.PartToolCall {
-			continue
-		}
-		if len(part.Args) > 0 && !json.Valid(part.Args) {
-			// Storage needs valid JSON: keep the raw arguments as a string
-			// and answer the call with an error instead of running it.
-			raw, _ := json.Marshal(string(part.Args))
-			content[i].Args = raw
-			answered[i] = chatmsg.ToolResult(part.ToolCallID, part.ToolName, errorResult("the tool call arguments are not valid JSON"), true)
-			continue
-		}
-		var call ToolCall
-		if dynamic[part.ToolName] {
-			// Client-executed: admitted here too; the api dispatches
-			// post_tool_use when the client submits the result.
-			call = dynamicCall(part)
-		} else {
-			var ok bool
-			if call, ok = hookable(tb, part); !ok {
-				continue // rejected by the toolbox before execution: no dispatch
-			}
-		}
-		dec, err := th.PreToolUse(ctx, p.chat, call)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return r.finishError(ctx, in, "the pre_tool_use hook failed: "+err.Error())
-		}
-		effects = append(effects, dec.Messages...)
-		if dec.Deny {
-			answered[i] = chatmsg.ToolResult(part.ToolCallID, part.ToolName, DeniedResult(dec.Reason), true)
-			continue
-		}
-		if dec.Input != nil {
-			content[i].Args = dec.Input
-			content[i].PolicyModified = true
-			call.Input = dec.Input
-		}
-		hooked[i] = call
-	}
-	var hookErr error
-	for i, part := range content {
-		if hookErr != nil {
-			break // the remaining calls stay open; a resumed turn runs them
-		}
-		if _, done := answered[i]; done || part.Type != chatmsg.PartToolCall || dynamic[part.ToolName] {
-			continue
-		}
-		tctx, fatal := agenttools.WithFatal(ctx)
-		out, isErr := runTool(tctx, tb, part.ToolCallID, part.ToolName, part.Args)
-		answered[i] = chatmsg.ToolResult(part.ToolCallID, part.ToolName, out, isErr)
-		if err := fatal(); err != nil {
-			hookErr = err // e.g. a subagent spawn's user_prompt_submit failed
-			continue
-		}
-		if call, ok := hooked[i]; ok {
-			msgs, err := th.PostToolUse(ctx, p.chat, call, out, isErr)
-			hookErr = err
-			effects = append(effects, msgs...)
-		}
-	}
-	var results chatmsg.Content
-	for i := range content {
-		if res, ok := answered[i]; ok {
-			results = append(results, res)
-		}
-	}
-	u := resp.Usage
-	usage, err := json.Marshal(usageJSON{
-		PromptTokens: u.PromptTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens,
-		CacheWriteTokens: u.CacheWriteTokens, ReasoningTokens: u.ReasoningTokens,
-	})
-	if err != nil {
-		return fmt.Errorf("error encoding usage: %w", err)
-	}
-	step := chatstate.Step{Messages: []chatstate.NewMessage{{
-		Role: chatstate.RoleAssistant, Content: content, ModelConfigID: &cfg.ID, Usage: usage,
-	}}}
-	if len(results) > 0 {
-		step.Messages = append(step.Messages, chatstate.NewMessage{Role: chatstate.RoleTool, Content: results})
-	}
-	step.Messages = append(step.Messages, effects...)
-	return r.commitToolStep(ctx, in, step, hookErr)
 }
 
 // commitStep applies CommitStep under the fence, in the commit stage, and
@@ -611,15 +342,17 @@ func (r *runner) commitStep(ctx context.Context, in intent, step chatstate.Step)
 	_, commit := r.stages.Start(ctx, telemetry.StageCommit)
 	var attempt int64
 	var finish plan
-	_, err := r.commit(ctx, in, "commit_step", func(tx *chatstate.Tx) error {
+	var began time.Time
+	_, err := r.commitThen(ctx, in, "commit_step", func(tx *chatstate.Tx) error {
 		attempt = tx.Chat().GenerationAttempt
 		if _, err := tx.CommitStep(ctx, step); err != nil {
 			return err
 		}
 		var err error
+		began = r.clock.Now()
 		finish, err = r.finishInBundle(ctx, tx)
 		return err
-	})
+	}, func(res chatstate.Result) { r.handOff(res.Chat, finish, began) })
 	commit.SetAttributes(attribute.Int64(telemetry.AttrAttempt, attempt))
 	if err == nil && finish.kind == planDone {
 		commit.SetAttributes(attribute.String(telemetry.AttrGenerationAction, finish.action))
@@ -632,55 +365,4 @@ func (r *runner) commitStep(ctx context.Context, in intent, step chatstate.Step)
 	}
 	commit.End(stageError(ctx, err))
 	return err
-}
-
-// answerOpenCalls runs the open worker-executed tool calls found in history
-// (left by a replica that crashed before committing their results) and
-// commits the results as one step.
-func (r *runner) answerOpenCalls(ctx context.Context, in intent, p plan) error {
-	args := map[string]json.RawMessage{}
-	for _, m := range p.msgs {
-		if m.Role != chatstate.RoleAssistant {
-			continue
-		}
-		content, err := chatmsg.ParseContent(m.Content)
-		if err != nil {
-			return err
-		}
-		for _, part := range content {
-			if part.Type == chatmsg.PartToolCall {
-				args[part.ToolCallID] = part.Args
-			}
-		}
-	}
-	tb, err := r.toolbox(ctx, p.chat)
-	if err != nil {
-		return err
-	}
-	results := make(chatmsg.Content, 0, len(p.open))
-	// Stored calls were admitted before they were stored: they run with
-	// their stored input, and post_tool_use reports each (toolhooks.go).
-	th := r.toolHooks()
-	var effects []chatstate.NewMessage
-	var hookErr error
-	for _, c := range p.open {
-		if hookErr != nil {
-			break // the rest stay open for the resumed turn
-		}
-		tctx, fatal := agenttools.WithFatal(ctx)
-		out, isErr := runTool(tctx, tb, c.ToolCallID, c.ToolName, args[c.ToolCallID])
-		results = append(results, chatmsg.ToolResult(c.ToolCallID, c.ToolName, out, isErr))
-		if err := fatal(); err != nil {
-			hookErr = err
-			continue
-		}
-		if call, ok := hookable(tb, chatmsg.ToolCall(c.ToolCallID, c.ToolName, args[c.ToolCallID])); ok {
-			msgs, err := th.PostToolUse(ctx, p.chat, call, out, isErr)
-			hookErr = err
-			effects = append(effects, msgs...)
-		}
-	}
-	step := chatstate.Step{Messages: []chatstate.NewMessage{{Role: chatstate.RoleTool, Content: results}}}
-	step.Messages = append(step.Messages, effects...)
-	return r.commitToolStep(ctx, in, step, hookErr)
 }

@@ -5,11 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
 	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/telemetry"
 )
@@ -17,6 +18,12 @@ import (
 // update applies fn as one fenced bundle: the fence is checked first, and a
 // committed bundle's snapshot is fed back to the loop (the fast path).
 func (r *runner) update(ctx context.Context, in intent, fn func(tx *chatstate.Tx) error) (chatstate.Result, error) {
+	return r.updateThen(ctx, in, fn, nil)
+}
+
+// updateThen is update, calling committed (when not nil) with the result
+// before the snapshot is fed back to the loop.
+func (r *runner) updateThen(ctx context.Context, in intent, fn func(tx *chatstate.Tx) error, committed func(chatstate.Result)) (chatstate.Result, error) {
 	res, err := r.deps.Machine.Update(ctx, r.spec.ChatID, func(tx *chatstate.Tx) error {
 		if err := tx.CheckFence(in.fence()); err != nil {
 			return err
@@ -25,6 +32,9 @@ func (r *runner) update(ctx context.Context, in intent, fn func(tx *chatstate.Tx
 	})
 	if err != nil {
 		return res, err
+	}
+	if committed != nil {
+		committed(res)
 	}
 	r.submit(EventFromChat(res.Chat))
 	return res, nil
@@ -70,9 +80,13 @@ func (r *runner) interrupt(ctx context.Context, in intent) error {
 				return fmt.Errorf("error reading parts of episode %s: %w", ep, err)
 			}
 		}
+		finished, err := finishedResults(ctx, tx)
+		if err != nil {
+			return err
+		}
 		r.turns.invalidate(tctx, telemetry.OutcomeInterrupted, nil)
 		queuedAt = queueHead(ctx, tx)
-		_, err := tx.FinishInterruption(ctx, partialMessage(parts))
+		_, err = tx.FinishInterruption(ctx, append(finished, partialMessage(parts)...))
 		return err
 	})
 	if err != nil {
@@ -81,23 +95,79 @@ func (r *runner) interrupt(ctx context.Context, in intent) error {
 	return err
 }
 
+// finishedResults are the results of the open calls that finished while
+// their batch ran on (run_calls.go), as one tool message, read in the
+// bundle: an interrupt keeps them; FinishInterruption answers the other
+// open calls as interrupted.
+func finishedResults(ctx context.Context, tx *chatstate.Tx) ([]chatstate.NewMessage, error) {
+	open, err := tx.OpenToolCalls(ctx)
+	if err != nil || len(open) == 0 {
+		return nil, err
+	}
+	ids := make([]int64, 0, 1)
+	for _, c := range open {
+		if !slices.Contains(ids, c.MessageID) {
+			ids = append(ids, c.MessageID)
+		}
+	}
+	rows, err := tx.Queries().ToolCallRunsOf(ctx, queries.ToolCallRunsOfParams{ChatID: tx.Chat().ID, MessageIds: ids})
+	if err != nil {
+		return nil, fmt.Errorf("read the runs of chat %s's open tool calls: %w", tx.Chat().ID, err)
+	}
+	done := map[startKey]callRun{}
+	for _, row := range rows {
+		if run := runOf(row); run.finished {
+			done[startKey{row.MessageID, row.ToolCallID}] = run
+		}
+	}
+	var results chatmsg.Content
+	for _, c := range open {
+		if run, ok := done[startKey{c.MessageID, c.ToolCallID}]; ok {
+			results = append(results, chatmsg.ToolResult(c.ToolCallID, c.ToolName, run.result, run.isError))
+		}
+	}
+	if len(results) == 0 {
+		return nil, nil
+	}
+	return []chatstate.NewMessage{{Role: chatstate.RoleTool, Content: results}}, nil
+}
+
 // partialMessage builds the interrupted assistant message from an episode's
-// streamed text deltas; nil when there is no text.
+// streamed deltas: everything the watchers were shown, text, reasoning and
+// tool calls, as parts in the order the model streamed them (deltas of one
+// part joined). A tool call in it never ran: FinishInterruption answers it
+// as interrupted. nil when nothing was streamed.
 func partialMessage(parts []partbuf.Part) []chatstate.NewMessage {
-	var b strings.Builder
+	var content chatmsg.Content
+	at := map[int]int{} // streamed part index -> position in content
 	for _, p := range parts {
 		var d streamPart
 		if err := json.Unmarshal(p.Data, &d); err != nil {
 			continue
 		}
-		if d.Type == chatmsg.PartText {
-			b.WriteString(d.Text)
+		switch d.Type {
+		case chatmsg.PartText, chatmsg.PartReasoning:
+			if i, ok := at[d.Index]; ok && content[i].Type == d.Type {
+				content[i].Text += d.Text
+				continue
+			}
+			if d.Text == "" {
+				continue
+			}
+		case chatmsg.PartToolCall:
+			if d.ToolCallID == "" || d.ToolName == "" {
+				continue
+			}
+		default:
+			continue
 		}
+		at[d.Index] = len(content)
+		content = append(content, d.Part)
 	}
-	if b.Len() == 0 {
+	if len(content) == 0 {
 		return nil
 	}
-	return []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: chatmsg.Content{chatmsg.Text(b.String())}}}
+	return []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: content}}
 }
 
 // actionTimeout is the dynamic tools timeout goroutine: it waits for the

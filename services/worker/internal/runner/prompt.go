@@ -138,6 +138,7 @@ func buildRequest(cache *PromptCache, chat queries.Chat, msgs []queries.ChatMess
 	req := llm.Request{System: memory.WithGuidance(chat.SystemPrompt, chat), Attempt: int(chat.GenerationAttempt)}
 	rows := promptRows(msgs)
 	req.Messages = make([]llm.Message, 0, len(rows))
+	modelOnly := make([]bool, 0, len(rows))
 	for _, m := range rows {
 		content, err := cache.modelParts(m)
 		if err != nil {
@@ -147,7 +148,9 @@ func buildRequest(cache *PromptCache, chat queries.Chat, msgs []queries.ChatMess
 			continue // e.g. a prompt's hook notice only
 		}
 		req.Messages = append(req.Messages, llm.Message{Role: llmRoles[m.Role], Parts: content})
+		modelOnly = append(modelOnly, m.Visibility == chatstate.VisibleToModel)
 	}
+	req.Messages = pairCallsWithResults(req.Messages, modelOnly)
 	dyn, err := dynamicToolSpecs(chat.DynamicTools)
 	if err != nil {
 		return llm.Request{}, err

@@ -96,12 +96,16 @@ func TestPartialMessage(t *testing.T) {
 		return partbuf.Part{Data: b}
 	}
 	require.Nil(t, partialMessage(nil))
-	require.Nil(t, partialMessage([]partbuf.Part{part(chatmsg.Part{Type: chatmsg.PartReasoning, Text: "hmm"})}))
+	// Everything the watchers saw is kept: reasoning, text, tool calls.
 	got := partialMessage([]partbuf.Part{
-		part(chatmsg.Part{Type: chatmsg.PartReasoning, Text: "hmm"}),
+		part(chatmsg.Part{Type: chatmsg.PartReasoning, Text: "hm"}), part(chatmsg.Part{Type: chatmsg.PartReasoning, Text: "m"}),
 		part(chatmsg.Text("tok1")), part(chatmsg.Text(" tok2")),
+		part(chatmsg.ToolCall("call_1", "search", json.RawMessage(`{"q":"x"}`))),
 	})
 	require.Len(t, got, 1)
 	require.Equal(t, chatstate.RoleAssistant, got[0].Role)
 	require.Equal(t, "tok1 tok2", got[0].Content.PlainText())
+	require.Len(t, got[0].Content, 3)
+	require.Equal(t, chatmsg.Part{Type: chatmsg.PartReasoning, Text: "hmm"}, got[0].Content[0])
+	require.Equal(t, "call_1", got[0].Content[2].ToolCallID)
 }

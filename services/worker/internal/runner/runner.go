@@ -39,6 +39,9 @@ const (
 	// they stream, llm.EventProgress); 2 minutes of silence is a stalled
 	// stream or a dead connection.
 	DefaultStreamIdleTimeout = 2 * time.Minute
+	// DefaultToolTimeout bounds one tool call: longer than wait_agent's
+	// longest wait (10 minutes), so only a wedged call reaches it.
+	DefaultToolTimeout = 15 * time.Minute
 )
 
 // withDefaults fills the zero fields of c that have a default.
@@ -52,6 +55,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RetryMaxDelay <= 0 {
 		c.RetryMaxDelay = DefaultRetryMaxDelay
+	}
+	if c.ToolTimeout <= 0 {
+		c.ToolTimeout = DefaultToolTimeout
 	}
 	if c.RetryMaxDelay < c.RetryBaseDelay {
 		c.RetryMaxDelay = c.RetryBaseDelay

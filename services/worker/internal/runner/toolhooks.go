@@ -43,6 +43,9 @@ type ToolCall struct {
 	// Client marks a client-executed (dynamic) tool call; its Schema is the
 	// chat's declared input_schema (see ClientToolSchema).
 	Client bool
+	// Key is the call's idempotency key, the same on every execution of
+	// the call (chatstate.IdempotencyKey).
+	Key string
 }
 
 // ToolDecision is a PreToolUse outcome. The zero value runs the call as

@@ -171,7 +171,8 @@ func TestPreToolUseRewriteRunsAndStoresTheOverride(t *testing.T) {
 	e.waitStatus(id, chatstate.StatusWaiting, 0)
 
 	require.JSONEq(t, `{"cmd":"rm -rf /"}`, seen)
-	require.Equal(t, []string{`{"cmd":"ls"}`}, tool.ran(), "the tool runs with the override")
+	require.Len(t, tool.ran(), 1)
+	require.JSONEq(t, `{"cmd":"ls"}`, tool.ran()[0], "the tool runs with the override, as stored")
 	msgs := e.messages(id)
 	call := msgs[2].Content[0]
 	require.Equal(t, chatmsg.PartToolCall, call.Type)
@@ -211,7 +212,8 @@ func TestPostToolUseFailureCommitsResultsThenErrors(t *testing.T) {
 	e.startHooked(id, rid, tool, p.start(t))
 	c := e.waitStatus(id, chatstate.StatusError, 0)
 
-	require.Equal(t, []string{`{"cmd":"ls"}`}, tool.ran())
+	require.Len(t, tool.ran(), 1)
+	require.JSONEq(t, `{"cmd":"ls"}`, tool.ran()[0])
 	require.Contains(t, *c.LastError, "post_tool_use")
 	require.Regexp(t, `dispatch [0-9a-f-]{36}`, *c.LastError)
 	msgs := e.messages(id)
@@ -253,4 +255,51 @@ func TestOpenCallRunsWithoutPreToolUse(t *testing.T) {
 	require.Len(t, p.posts, 1)
 	require.Equal(t, "call-9", p.posts[0].ToolUseID)
 	p.mu.Unlock()
+}
+
+// A post_tool_use that fails in the middle of a batch leaves no call open:
+// the calls after it are answered as not run, stored with the turn's
+// error, so the next prompt's history has a result for every call.
+func TestPostToolUseFailureMidBatchLeavesNoCallOpen(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	tool := &shellTool{}
+	p := &toolPolicy{pre: func(agenthooks.PreToolUseData) agenthooks.Response { return agenthooks.Response{} }, failPost: true}
+	rid := uuid.New()
+	id := e.create("::tool shell {\"cmd\":\"a\"}\n::tool shell {\"cmd\":\"b\"}", rid)
+	e.startHooked(id, rid, tool, p.start(t))
+	e.waitStatus(id, chatstate.StatusError, 0)
+
+	require.Len(t, tool.ran(), 1, "the batch stops at the failed hook")
+	rows, err := queries.New(e.pool).ChatMessageOpenToolCalls(e.ctx, id)
+	require.NoError(t, err)
+	require.Empty(t, rows, "no call is left open")
+	msgs := e.messages(id)
+	require.Equal(t, chatstate.RoleTool, msgs[3].Role)
+	require.Len(t, msgs[3].Content, 2)
+	require.False(t, msgs[3].Content[0].IsError)
+	require.True(t, msgs[3].Content[1].IsError)
+	require.Contains(t, string(msgs[3].Content[1].Result), "did not run")
+	p.mu.Lock()
+	require.Len(t, p.posts, 1)
+	require.NotEmpty(t, p.posts[0].IdempotencyKey, "post_tool_use carries the call's key")
+	require.Equal(t, msgs[2].Content[0].IdempotencyKey, p.posts[0].IdempotencyKey)
+	p.mu.Unlock()
+
+	// The next prompt goes to the model with every call answered.
+	rid2 := uuid.New()
+	e.do(id, func(tx *chatstate.Tx) error {
+		if _, err := tx.SendMessage(e.ctx, chatstate.UserMessage(text("::reply fine")), chatstate.BusyQueue); err != nil {
+			return err
+		}
+		if tx.Chat().WorkerID != nil {
+			if err := tx.Abandon(e.ctx); err != nil {
+				return err
+			}
+		}
+		return tx.Acquire(e.ctx, e.worker, rid2)
+	})
+	e.startHooked(id, rid2, tool, p.start(t))
+	e.waitStatus(id, chatstate.StatusWaiting, 0)
+	require.Equal(t, "fine", e.assistantTexts(id)[len(e.assistantTexts(id))-1])
 }

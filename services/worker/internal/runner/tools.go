@@ -21,7 +21,7 @@ func (r *runner) toolbox(ctx context.Context, chat queries.Chat) (*agenttools.To
 // "Stages": tool_call covers calls that run). A call that runs is a
 // tool_call stage, and the tool's own spans nest under it; an error result
 // is no stage error, a panic is.
-func runTool(ctx context.Context, tb *agenttools.Toolbox, toolCallID, name string, args json.RawMessage) (json.RawMessage, bool) {
+func runTool(ctx context.Context, tb *agenttools.Toolbox, toolCallID, name string, args json.RawMessage, key string) (json.RawMessage, bool) {
 	if rejection, ok := tb.Check(name, args); !ok {
 		return rejection, true
 	}
@@ -33,7 +33,7 @@ func runTool(ctx context.Context, tb *agenttools.Toolbox, toolCallID, name strin
 		}
 		stage.End(nil)
 	}()
-	return tb.Run(ctx, toolCallID, name, args)
+	return tb.RunCall(ctx, toolCallID, name, args, key)
 }
 
 func errorResult(msg string) json.RawMessage { return agenttools.ErrorResult(msg) }

@@ -117,17 +117,20 @@ func (p *Provider) Tools(_ context.Context, chat queries.Chat) ([]agenttools.Too
 	if chat.ParentChatID != nil {
 		return nil, nil
 	}
-	interrupt := agenttools.Tool{Spec: llm.ToolSpec{Name: ToolInterrupt, Description: interruptDescription, InputSchema: chatIDSchema}, Run: p.interrupt}
+	// Effect policies (agenttools.Effect): a spawn or a message run twice
+	// would start two subagents or send twice, so they never run again
+	// after a crash; waiting, listing and interrupting may.
+	interrupt := agenttools.Tool{Spec: llm.ToolSpec{Name: ToolInterrupt, Description: interruptDescription, InputSchema: chatIDSchema}, Run: p.interrupt, Effect: agenttools.EffectRetry}
 	closeAlias := interrupt
 	closeAlias.Spec.Name, closeAlias.Spec.Description = ToolClose, "Deprecated alias of interrupt_agent. "+interruptDescription
 	return []agenttools.Tool{
 		{Spec: llm.ToolSpec{Name: ToolSpawn, Description: spawnDescription, InputSchema: spawnSchema}, Run: p.spawn},
-		{Spec: llm.ToolSpec{Name: ToolWait, Description: waitDescription, InputSchema: waitSchema}, Run: p.wait},
+		{Spec: llm.ToolSpec{Name: ToolWait, Description: waitDescription, InputSchema: waitSchema}, Run: p.wait, Effect: agenttools.EffectRetry},
 		{Spec: llm.ToolSpec{Name: ToolMessage, Description: messageDescription, InputSchema: messageSchema}, Run: p.message},
 		interrupt,
 		closeAlias,
-		{Spec: llm.ToolSpec{Name: ToolList, Description: "List this chat's subagents and their status.", InputSchema: emptySchema}, Run: p.list},
-		{Spec: llm.ToolSpec{Name: ToolListModels, Description: listModelsDescription, InputSchema: emptySchema}, Run: p.listModels},
+		{Spec: llm.ToolSpec{Name: ToolList, Description: "List this chat's subagents and their status.", InputSchema: emptySchema}, Run: p.list, Effect: agenttools.EffectRetry},
+		{Spec: llm.ToolSpec{Name: ToolListModels, Description: listModelsDescription, InputSchema: emptySchema}, Run: p.listModels, Effect: agenttools.EffectRetry},
 	}, nil
 }
 

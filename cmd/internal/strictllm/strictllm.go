@@ -1,0 +1,191 @@
+// Package strictllm is an OpenAI-compatible Chat Completions server for
+// tests that is as strict about a conversation as real providers are: a
+// request whose history holds an assistant tool call without a tool
+// message answering it (or a tool message answering no call) is refused
+// with OpenAI's 400. It counts the model calls it answered, and a test
+// decides each answer (a text, or tool calls).
+package strictllm
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+)
+
+// Message is one message of a request, as the server reads it.
+type Message struct {
+	Role       string `json:"role"`
+	Content    any    `json:"content"`
+	ToolCallID string `json:"tool_call_id"`
+	ToolCalls  []struct {
+		ID       string `json:"id"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	} `json:"tool_calls"`
+}
+
+// Call is a tool call the model makes.
+type Call struct {
+	Name string
+	Args string // JSON
+}
+
+// Reply is the model's answer: tool calls, else Text.
+type Reply struct {
+	Text  string
+	Calls []Call
+}
+
+// Request is one accepted call: its messages and the number of tools it
+// offered (chatd's agent loop offers its tools; a title request offers
+// none).
+type Request struct {
+	Messages []Message
+	Tools    int
+}
+
+// Server is the provider double. Answer decides the reply to the n-th
+// accepted call (from 1).
+type Server struct {
+	URL    string // the base URL a provider's base_url takes (…/v1)
+	Answer func(n int, req Request) Reply
+
+	mu       sync.Mutex
+	requests []Request
+	refusals []string
+}
+
+// Start serves a Server until the test ends.
+func Start(t testing.TB, answer func(n int, req Request) Reply) *Server {
+	t.Helper()
+	s := &Server{Answer: answer}
+	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(srv.Close)
+	s.URL = srv.URL + "/v1"
+	return s
+}
+
+// Calls is the number of model calls the server answered.
+func (s *Server) Calls() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.requests)
+}
+
+// Requests are the calls the server answered, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// AgentCalls is the number of answered calls that offered tools: the
+// agent loop's, not a title's.
+func (s *Server) AgentCalls() int {
+	n := 0
+	for _, r := range s.Requests() {
+		if r.Tools > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// Refusals are the reasons of the requests the server refused.
+func (s *Server) Refusals() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.refusals...)
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/v1/chat/completions" {
+		http.NotFound(w, r)
+		return
+	}
+	var req struct {
+		Messages []Message        `json:"messages"`
+		Tools    []map[string]any `json:"tools"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		refuse(w, "could not parse the JSON body of your request")
+		return
+	}
+	if why := Check(req.Messages); why != "" {
+		s.mu.Lock()
+		s.refusals = append(s.refusals, why)
+		s.mu.Unlock()
+		refuse(w, why)
+		return
+	}
+	accepted := Request{Messages: req.Messages, Tools: len(req.Tools)}
+	s.mu.Lock()
+	s.requests = append(s.requests, accepted)
+	n := len(s.requests)
+	s.mu.Unlock()
+	reply := s.Answer(n, accepted)
+	w.Header().Set("Content-Type", "text/event-stream")
+	chunk := func(choices string) {
+		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-%d\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"strict\",\"choices\":%s}\n\n", n, choices)
+	}
+	chunk(`[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]`)
+	finish := "stop"
+	if len(reply.Calls) > 0 {
+		finish = "tool_calls"
+		for i, c := range reply.Calls {
+			fn, _ := json.Marshal(map[string]string{"name": c.Name, "arguments": c.Args})
+			chunk(fmt.Sprintf(`[{"index":0,"delta":{"tool_calls":[{"index":%d,"id":"call_%d_%d","type":"function","function":%s}]},"finish_reason":null}]`, i, n, i, fn))
+		}
+	} else {
+		text, _ := json.Marshal(reply.Text)
+		chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
+	}
+	chunk(fmt.Sprintf(`[{"index":0,"delta":{},"finish_reason":%q}]`, finish))
+	chunk(`[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}`)
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// Check returns why a real provider refuses msgs ("" when it accepts
+// them): every assistant tool call must be answered by the tool messages
+// that follow it, before any other message, and every tool message must
+// answer a call.
+func Check(msgs []Message) string {
+	for i := 0; i < len(msgs); i++ {
+		m := msgs[i]
+		if m.Role == "tool" {
+			return fmt.Sprintf("Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls' (tool_call_id %s).", m.ToolCallID)
+		}
+		if m.Role != "assistant" || len(m.ToolCalls) == 0 {
+			continue
+		}
+		open := map[string]bool{}
+		for _, c := range m.ToolCalls {
+			open[c.ID] = true
+		}
+		for i+1 < len(msgs) && msgs[i+1].Role == "tool" {
+			i++
+			if !open[msgs[i].ToolCallID] {
+				return fmt.Sprintf("Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls' (tool_call_id %s).", msgs[i].ToolCallID)
+			}
+			delete(open, msgs[i].ToolCallID)
+		}
+		for id := range open {
+			return fmt.Sprintf("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: %s", id)
+		}
+	}
+	return ""
+}
+
+func refuse(w http.ResponseWriter, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{
+		"message": msg, "type": "invalid_request_error", "param": "messages", "code": nil,
+	}})
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,111 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/llm"
+	"github.com/chatd/chatd/pkg/partbuf"
+	"github.com/chatd/chatd/pkg/telemetry"
+	"github.com/chatd/chatd/pkg/telemetry/timeline"
+)
+
+// callModel is the "call the model" stage: one streamed call in the
+// part-buffer episode of the history version and generation attempt, so
+// watchers see the response token by token.
+func (r *runner) callModel(ctx context.Context, in intent, p plan, call *preparedCall) (llm.Response, error) {
+	ep := partbuf.Episode{ChatID: r.spec.ChatID, HistoryVersion: in.HistoryVersion, GenerationAttempt: p.chat.GenerationAttempt}
+	timeline.Mark("worker.model.call")
+	return r.stream(ctx, call.model, call.req, ep, p.turnDeadline)
+}
+
+// streamPart is the JSON of one streamed delta in the part buffer: the
+// part's index in the assistant message and the delta as a message part.
+type streamPart struct {
+	Index int `json:"index"`
+	chatmsg.Part
+}
+
+// stream runs one model call in its own part-buffer episode, with the
+// first-token and idle timeouts and the turn deadline on the runner's clock
+// (streamwatch.go).
+func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, ep partbuf.Episode, turnDeadline time.Time) (llm.Response, error) {
+	if buf := r.deps.Parts; buf != nil {
+		if err := buf.CreateEpisode(ep); err != nil {
+			r.log.Debug("create episode", slog.String("episode", ep.String()), slog.String("error", err.Error()))
+		}
+		defer buf.CloseEpisode(ep)
+		_ = buf.StartModelInvocation(ep)
+	}
+	watch := r.watchStream(ctx, turnDeadline)
+	defer watch.stop()
+	sctx := watch.ctx
+	sm := stageModel(model.Info(), req.ReasoningEffort)
+	sctx, streamStage := r.stages.Start(sctx, telemetry.StageStream, telemetry.WithModel(sm))
+	_, ttft := r.stages.Start(sctx, telemetry.StageTTFT, telemetry.WithModel(sm))
+	thinking := newThinkingParts()
+	var acc llm.Accumulator
+	var callErr error
+	for ev, err := range model.Stream(sctx, req) {
+		if err != nil {
+			callErr = err
+			break
+		}
+		watch.event()
+		if isOutputPart(ev) {
+			ttft.End(nil) // the first output part closes the window; later Ends are no-ops
+		}
+		thinking.observe(ev, r.clock.Now())
+		if err := acc.Add(ev); err != nil {
+			callErr = llm.NewFatal(err)
+			break
+		}
+		r.bufferPart(ep, ev)
+	}
+	defer func() {
+		end := r.clock.Now()
+		// A window no output part closed records no observation.
+		ttft.EndUnobserved(end, stageError(ctx, callErr))
+		thinking.record(sctx, r.stages, sm)
+		streamStage.EndAt(end, stageError(ctx, callErr))
+	}()
+	if callErr == nil && !acc.Finished() {
+		callErr = llm.NewRetryable(errors.New("the model stream ended without a finish event"))
+	}
+	callErr = watch.err(ctx, callErr)
+	return llm.Response{Content: acc.Content(), Usage: acc.Usage(), FinishReason: acc.FinishReason()}, callErr
+}
+
+// bufferPart adds a streamed delta to the episode, best effort.
+func (r *runner) bufferPart(ep partbuf.Episode, ev llm.Event) {
+	if r.deps.Parts == nil {
+		return
+	}
+	var part chatmsg.Part
+	switch ev.Type {
+	case llm.EventTextDelta:
+		part = chatmsg.Part{Type: chatmsg.PartText, Text: ev.Delta}
+	case llm.EventReasoningDelta:
+		part = chatmsg.Part{Type: chatmsg.PartReasoning, Text: ev.Delta}
+	case llm.EventToolCall:
+		if !json.Valid(ev.ToolCall.Input) {
+			return
+		}
+		part = chatmsg.ToolCall(ev.ToolCall.ID, ev.ToolCall.Name, ev.ToolCall.Input)
+	default:
+		return
+	}
+	data, err := json.Marshal(streamPart{Index: ev.Part, Part: part})
+	if err != nil {
+		return
+	}
+	seq, _ := r.deps.Parts.AddPart(ep, string(chatstate.RoleAssistant), data)
+	if seq == 1 {
+		timeline.Mark("worker.part1")
+	}
+}
