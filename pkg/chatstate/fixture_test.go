@@ -84,10 +84,10 @@ type fixture struct {
 func setup(t testing.TB) *fixture {
 	t.Helper()
 	pool := dbtest.NewPool(t)
-	return newHarnessOn(t, pool)
+	return setupOn(t, pool)
 }
 
-func newHarnessOn(t testing.TB, pool *pgxpool.Pool) *fixture {
+func setupOn(t testing.TB, pool *pgxpool.Pool) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	h := &fixture{

@@ -31,7 +31,7 @@ func setupTraced(t *testing.T) (*fixture, *dbtest.RoundTrips) {
 	t.Helper()
 	rec := &dbtest.RoundTrips{}
 	pool := dbtest.NewPoolOn(t, dbtest.NewDatabase(t), dbpool.Options{MaxConns: 32, Tracer: multitracer.New(dbtest.Guard(t), rec)})
-	return newHarnessOn(t, pool), rec
+	return setupOn(t, pool), rec
 }
 
 // refuse makes the test database refuse the writes of event (a trigger's

@@ -24,7 +24,7 @@ var errReadDone = errors.New("read done")
 // HistoryCache of maxBytes.
 func setupCached(t testing.TB, maxBytes int) *fixture {
 	t.Helper()
-	h := newHarnessOn(t, dbtest.NewPool(t))
+	h := setupOn(t, dbtest.NewPool(t))
 	h.history = chatstate.NewHistoryCache(maxBytes)
 	h.m = chatstate.New(h.pool, chatstate.Config{Now: h.clock.Now, AfterCommit: h.commits.record, History: h.history})
 	return h

@@ -177,7 +177,7 @@ func TestWorkerBundleMatrix(t *testing.T) {
 // is left open before a prompt: a provider would refuse that history.
 func TestOpenCallMatrix(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
+	h := setup(t)
 	allowed := 0
 	for _, s := range []chatstate.State{chatstate.R0, chatstate.R1} {
 		queued := 0

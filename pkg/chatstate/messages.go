@@ -339,7 +339,7 @@ func (tx *Tx) promotionModel(ctx context.Context, stored *uuid.UUID) (*uuid.UUID
 }
 
 // PromotedQueuedAt returns the queued created_at of each queued message the
-// bundle promoted into history so far (spec "Promotion": a promoting
+// bundle promoted into history so far (spec "Turn span lifecycle", Promotion: a promoting
 // transition returns it, and once the bundle commits its caller records
 // the prompt's queue_wait from it). A promoted message's history row is
 // created at the promotion, so this is the only record of when it queued.

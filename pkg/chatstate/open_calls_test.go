@@ -85,7 +85,7 @@ func TestOpenToolCallsFromHistoryMatchTheQuery(t *testing.T) {
 // hook's context), so the next prompt answers it before it is stored: a
 // provider refuses a history with a call and no result.
 func TestOpenCallStaysOpenAcrossModelOnlyRows(t *testing.T) {
-	h := newHarness(t)
+	h := setup(t)
 	id := h.reach(chatstate.R0, 1, false)
 	h.do(id, func(tx *chatstate.Tx) error {
 		step := chatstate.Step{Messages: []chatstate.NewMessage{

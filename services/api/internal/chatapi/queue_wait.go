@@ -14,7 +14,7 @@ import (
 // bundle of the api promoted from the queue (a message sent to an errored
 // chat, PromoteQueuedMessage, an interrupt or interrupt-send on an unowned
 // chat): a standalone, turn-scoped stage from the prompt's queued
-// created_at to now (spec "Promotion"), as the worker records for the
+// created_at to now (spec "Turn span lifecycle", Promotion), as the worker records for the
 // promotions it commits.
 func (s *Server) recordQueueWaits(ctx context.Context, chat queries.Chat, queuedAt []time.Time) {
 	if len(queuedAt) == 0 {

@@ -348,7 +348,7 @@ func BenchmarkStep(b *testing.B) {
 // annotations unless the server's row overrides it.
 func TestCallKeyProgressAndEffect(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
+	f := setup(t)
 	srv := newMCPServer(t)
 	f.addServer("svc", srv.URL, nil, "")
 	p := f.provider(mcptools.Options{})
