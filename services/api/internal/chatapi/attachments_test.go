@@ -15,7 +15,7 @@ import (
 )
 
 // upload posts a raw file as u and returns the response.
-func (a *api) upload(u user, name, mediaType, body string) response {
+func (a *fixture) upload(u user, name, mediaType, body string) response {
 	a.t.Helper()
 	req, err := http.NewRequest("POST", a.base+"/api/v2/files?name="+name, strings.NewReader(body))
 	require.NoError(a.t, err)
@@ -35,7 +35,7 @@ func (a *api) upload(u user, name, mediaType, body string) response {
 }
 
 // download fetches a file as u: status and bytes.
-func (a *api) download(u user, id string) (int, string) {
+func (a *fixture) download(u user, id string) (int, string) {
 	a.t.Helper()
 	req, err := http.NewRequest("GET", a.base+"/api/v2/files/"+id, nil)
 	require.NoError(a.t, err)
@@ -64,7 +64,7 @@ func withAttachmentLimits(perChat int, bytes int64) apiOption {
 
 func TestUploadValidation(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, withAttachmentLimits(50, 16))
+	a := setup(t, withAttachmentLimits(50, 16))
 	ok := a.upload(a.user, "notes.txt", "text/plain; charset=utf-8", "hello")
 	require.Equal(t, http.StatusCreated, ok.code, "%s", ok.raw)
 	require.Equal(t, "notes.txt", ok.str("name"))
@@ -107,7 +107,7 @@ func TestUploadValidation(t *testing.T) {
 // refused with a sentence saying why.
 func TestAttachmentLinks(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, withAttachmentLimits(2, 1<<20))
+	a := setup(t, withAttachmentLimits(2, 1<<20))
 	up := func(name string) string {
 		r := a.upload(a.user, name, "text/plain", "content of "+name)
 		require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
@@ -187,7 +187,7 @@ func firstUserMessageID(t *testing.T, r response) string {
 // instead of selecting a default.
 func TestAttachmentCapBelowOneFailsTheWrite(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, withAttachmentLimits(-1, 1<<20))
+	a := setup(t, withAttachmentLimits(-1, 1<<20))
 	up := a.upload(a.user, "a.txt", "text/plain", "content")
 	require.Equal(t, http.StatusCreated, up.code, "%s", up.raw)
 

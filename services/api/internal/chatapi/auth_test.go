@@ -16,7 +16,7 @@ import (
 // nothing.
 func TestAuthMatrix(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	id := a.createChat("mine")
 	other := a.newUser()
 

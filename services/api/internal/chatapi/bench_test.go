@@ -25,7 +25,7 @@ import (
 func BenchmarkSendToNotification(b *testing.B) {
 	withIDs := os.Getenv("CHATD_BENCH_REQUEST_IDS") == "1"
 	clients := envClients()
-	a := startAPI(b)
+	a := setup(b)
 	ids := make([]uuid.UUID, clients)
 	for i := range ids {
 		ids[i] = a.createChat("hello")

@@ -20,7 +20,7 @@ import (
 
 func TestCreateTitlesAndShapes(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	tok := a.user.token
 
 	r := a.call("POST", "/api/v2/chats", tok, map[string]any{"content": textContent("  Plan a trip\nto Lisbon in May")})
@@ -77,7 +77,7 @@ func TestCreateTitlesAndShapes(t *testing.T) {
 
 func TestListChatsPaginates(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	var created []string
 	for i := 0; i < 7; i++ {
 		created = append(created, a.createChat("chat").String())
@@ -117,7 +117,7 @@ func TestListChatsPaginates(t *testing.T) {
 
 func TestFamilyArchiveThroughAPI(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	root := a.reach(chatstate.W, false)
 	snap := a.snapshot(root)
 	child := uuid.New()
@@ -138,7 +138,7 @@ func TestFamilyArchiveThroughAPI(t *testing.T) {
 
 func TestReconcileInvalidThroughAPI(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	id := a.reach(chatstate.A0, false)
 	_, err := a.pool.Exec(context.Background(), "UPDATE chats SET archived = true WHERE id = $1", id)
 	require.NoError(t, err)
@@ -166,7 +166,7 @@ func TestReconcileInvalidThroughAPI(t *testing.T) {
 // rejected request publishes nothing.
 func TestNotifications(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	id := a.reach(chatstate.W, false)
 	updates := a.watch(id)
 	owners := make(chan *chatdv1.OwnershipNotification, 10)
@@ -204,7 +204,7 @@ func TestNotifications(t *testing.T) {
 // still commit and answer; notifications are hints.
 func TestNATSOutageNeverFailsRequests(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, func(c *chatapi.AppConfig) { c.NATSURL = "nats://127.0.0.1:1" })
+	a := setup(t, func(c *chatapi.AppConfig) { c.NATSURL = "nats://127.0.0.1:1" })
 	id := a.createChat("hello")
 	r := a.call("POST", "/api/v2/chats/"+id.String()+"/messages", a.user.token, map[string]any{"content": textContent("again")})
 	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
@@ -216,7 +216,7 @@ func TestNATSOutageNeverFailsRequests(t *testing.T) {
 // changed.
 func TestEditCarriesModelAndEffort(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	id := a.reach(chatstate.W, false)
 	path := fmt.Sprintf("/api/v2/chats/%s/messages/%d", id, firstUserMessage(a, id))
 	before := a.snapshot(id)

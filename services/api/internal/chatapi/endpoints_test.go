@@ -17,7 +17,7 @@ import (
 // reach builds a chat in state s through the API, with a worker's
 // transitions where only a worker gets there. owned leaves a worker owning
 // it.
-func (a *api) reach(s chatstate.State, owned bool) uuid.UUID {
+func (a *fixture) reach(s chatstate.State, owned bool) uuid.UUID {
 	a.t.Helper()
 	id := a.createChat("hello")
 	path := fmt.Sprintf("/api/v2/chats/%s", id)
@@ -99,19 +99,19 @@ type endpointCase struct {
 type endpoint struct {
 	name   string
 	method string
-	path   func(a *api, id uuid.UUID) string
-	body   func(a *api, id uuid.UUID) any
+	path   func(a *fixture, id uuid.UUID) string
+	body   func(a *fixture, id uuid.UUID) any
 	cases  []endpointCase
 }
 
-func firstUserMessage(a *api, id uuid.UUID) int64 {
+func firstUserMessage(a *fixture, id uuid.UUID) int64 {
 	var mid int64
 	require.NoError(a.t, a.pool.QueryRow(context.Background(),
 		"SELECT min(id) FROM chat_messages WHERE chat_id = $1 AND role = 'user' AND NOT deleted", id).Scan(&mid))
 	return mid
 }
 
-func headQueued(a *api, id uuid.UUID) int64 {
+func headQueued(a *fixture, id uuid.UUID) int64 {
 	var qid int64
 	_ = a.pool.QueryRow(context.Background(),
 		"SELECT id FROM chat_queued_messages WHERE chat_id = $1 ORDER BY position, id LIMIT 1", id).Scan(&qid)
@@ -121,14 +121,14 @@ func headQueued(a *api, id uuid.UUID) int64 {
 	return qid
 }
 
-func chatPath(suffix string) func(*api, uuid.UUID) string {
-	return func(_ *api, id uuid.UUID) string { return "/api/v2/chats/" + id.String() + suffix }
+func chatPath(suffix string) func(*fixture, uuid.UUID) string {
+	return func(_ *fixture, id uuid.UUID) string { return "/api/v2/chats/" + id.String() + suffix }
 }
 
 var endpoints = []endpoint{
 	{
 		name: "send queue", method: "POST", path: chatPath("/messages"),
-		body: func(*api, uuid.UUID) any {
+		body: func(*fixture, uuid.UUID) any {
 			return map[string]any{"content": textContent("next"), "busy_behavior": "queue"}
 		},
 		cases: []endpointCase{
@@ -140,7 +140,7 @@ var endpoints = []endpoint{
 	},
 	{
 		name: "send interrupt", method: "POST", path: chatPath("/messages"),
-		body: func(*api, uuid.UUID) any {
+		body: func(*fixture, uuid.UUID) any {
 			return map[string]any{"content": textContent("now"), "busy_behavior": "interrupt"}
 		},
 		cases: []endpointCase{
@@ -154,10 +154,10 @@ var endpoints = []endpoint{
 	},
 	{
 		name: "edit", method: "PATCH",
-		path: func(a *api, id uuid.UUID) string {
+		path: func(a *fixture, id uuid.UUID) string {
 			return fmt.Sprintf("/api/v2/chats/%s/messages/%d", id, firstUserMessage(a, id))
 		},
-		body: func(*api, uuid.UUID) any { return map[string]any{"content": textContent("edited")} },
+		body: func(*fixture, uuid.UUID) any { return map[string]any{"content": textContent("edited")} },
 		cases: []endpointCase{
 			{chatstate.W, false, chatstate.R0, 200}, {chatstate.E0, false, chatstate.R0, 200}, {chatstate.E1, false, chatstate.R0, 200},
 			{chatstate.R0, true, chatstate.R0, 200}, {chatstate.R1, true, chatstate.R0, 200}, {chatstate.I0, true, chatstate.R0, 200},
@@ -167,7 +167,7 @@ var endpoints = []endpoint{
 	},
 	{
 		name: "delete queued", method: "DELETE",
-		path: func(a *api, id uuid.UUID) string {
+		path: func(a *fixture, id uuid.UUID) string {
 			return fmt.Sprintf("/api/v2/chats/%s/queue/%d", id, headQueued(a, id))
 		},
 		cases: []endpointCase{
@@ -177,7 +177,7 @@ var endpoints = []endpoint{
 	},
 	{
 		name: "promote queued", method: "POST",
-		path: func(a *api, id uuid.UUID) string {
+		path: func(a *fixture, id uuid.UUID) string {
 			return fmt.Sprintf("/api/v2/chats/%s/queue/%d/promote", id, headQueued(a, id))
 		},
 		cases: []endpointCase{
@@ -198,7 +198,7 @@ var endpoints = []endpoint{
 	},
 	{
 		name: "tool results", method: "POST", path: chatPath("/tool-results"),
-		body: func(*api, uuid.UUID) any {
+		body: func(*fixture, uuid.UUID) any {
 			return map[string]any{"results": []map[string]any{{"tool_call_id": "call-1", "output": map[string]any{"answer": 42}}}}
 		},
 		cases: []endpointCase{
@@ -221,7 +221,7 @@ var endpoints = []endpoint{
 	},
 	{
 		name: "archive", method: "PATCH", path: chatPath(""),
-		body: func(*api, uuid.UUID) any { return map[string]any{"archived": true} },
+		body: func(*fixture, uuid.UUID) any { return map[string]any{"archived": true} },
 		cases: []endpointCase{
 			{chatstate.W, false, chatstate.XW, 200}, {chatstate.E0, false, chatstate.XE0, 200},
 			{chatstate.E1, false, chatstate.XE1, 200}, {chatstate.R0, true, "", 0},
@@ -229,7 +229,7 @@ var endpoints = []endpoint{
 	},
 	{
 		name: "unarchive", method: "PATCH", path: chatPath(""),
-		body:  func(*api, uuid.UUID) any { return map[string]any{"archived": false} },
+		body:  func(*fixture, uuid.UUID) any { return map[string]any{"archived": false} },
 		cases: []endpointCase{{chatstate.XW, false, chatstate.W, 200}},
 	},
 	{
@@ -244,7 +244,7 @@ var endpoints = []endpoint{
 // answer 409 naming the state and change nothing.
 func TestEndpointsApplyTheirTransitions(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	for _, ep := range endpoints {
 		for _, c := range ep.cases {
 			name := fmt.Sprintf("%s from %s owned=%t", ep.name, c.from, c.owned)

@@ -27,7 +27,7 @@ var (
 // snake case, reason in UPPER_SNAKE and a message without the state
 // machine's words.
 func TestErrorShape(t *testing.T) {
-	a := startAPI(t)
+	a := setup(t)
 	tok := a.user.token
 	waiting := a.reach(chatstate.W, false)
 	archived := a.reach(chatstate.XW, false)

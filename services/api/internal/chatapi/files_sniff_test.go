@@ -14,7 +14,7 @@ import (
 // sniffer cannot judge, are accepted.
 func TestUploadContentSniffing(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	png := "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"
 	pdf := "%PDF-1.7\n1 0 obj\n<<>>\nendobj\n"
 	html := "<!DOCTYPE html><html><script>alert(1)</script></html>"

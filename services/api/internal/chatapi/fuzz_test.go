@@ -75,7 +75,7 @@ const fuzzUUID = "5f1d1e0c-9d3a-4c51-8a39-2f6a1b7e0c42"
 // and the inputs it found; with -fuzz it explores (see docs/development.md,
 // "Fuzzing").
 func FuzzREST(f *testing.F) {
-	a := startAPI(f)
+	a := setup(f)
 	chatID := a.createChat("fuzzed")
 	token := a.adminToken(a.user)
 	seeds := []string{
@@ -109,7 +109,7 @@ func FuzzREST(f *testing.F) {
 // FuzzUpload sends any file name, media type, Content-Disposition and
 // bytes to POST /api/v2/files: a stored file or a worded 4xx, never a 5xx.
 func FuzzUpload(f *testing.F) {
-	a := startAPI(f)
+	a := setup(f)
 	f.Add("a.txt", "text/plain", "", []byte("hello"))
 	f.Add("", "", `attachment; filename="b.png"`, []byte("\x89PNG\r\n\x1a\n"))
 	f.Add("a%FF.txt", "text/plain; charset=\xff", `attachment; filename*=UTF-8''%FF`, []byte{0, 1, 2})

@@ -46,7 +46,7 @@ func (p *policyConsumer) seen() []agenthooks.UserPromptSubmitData {
 
 // startHookedAPI starts the api with a dispatcher pointed at a policy
 // consumer; mutate adjusts the hook configuration.
-func startHookedAPI(t *testing.T, mutate func(*hooks.Config), opts ...apiOption) (*api, *policyConsumer) {
+func startHookedAPI(t *testing.T, mutate func(*hooks.Config), opts ...apiOption) (*fixture, *policyConsumer) {
 	t.Helper()
 	pc := &policyConsumer{}
 	var url string
@@ -106,18 +106,18 @@ func startHookedAPI(t *testing.T, mutate func(*hooks.Config), opts ...apiOption)
 	}
 	d, err := hooks.New(cfg, hooks.WithHTTPClient(srv.Client()))
 	require.NoError(t, err)
-	a := startAPI(t, append([]apiOption{func(c *chatapi.AppConfig) { c.Hooks = d }}, opts...)...)
+	a := setup(t, append([]apiOption{func(c *chatapi.AppConfig) { c.Hooks = d }}, opts...)...)
 	return a, pc
 }
 
-func (a *api) countRows(t *testing.T, query string, args ...any) int {
+func (a *fixture) countRows(t *testing.T, query string, args ...any) int {
 	t.Helper()
 	var n int
 	require.NoError(t, a.pool.QueryRow(context.Background(), query, args...).Scan(&n))
 	return n
 }
 
-func (a *api) userTexts(t *testing.T, chatID uuid.UUID) []string {
+func (a *fixture) userTexts(t *testing.T, chatID uuid.UUID) []string {
 	t.Helper()
 	r := a.call("GET", "/api/v2/chats/"+chatID.String()+"/messages", a.user.token, nil)
 	require.Equal(t, http.StatusOK, r.code, "%s", r.raw)

@@ -18,7 +18,7 @@ import (
 // parser's or the database's words, and store nothing.
 func TestHostileInput(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	id := a.createChat("hello")
 	chat := "/api/v2/chats/" + id.String()
 	admin, err := a.signer.Sign(auth.Claims{UserID: a.user.id, OrganizationID: a.user.org, Admin: true}, time.Hour)

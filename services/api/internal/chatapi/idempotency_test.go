@@ -14,7 +14,7 @@ import (
 // different input is a 409.
 func TestIdempotentSend(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	id := a.createChat("hello")
 	path := "/api/v2/chats/" + id.String() + "/messages"
 	body := map[string]any{"content": textContent("exactly once"), "request_id": "req-1"}
@@ -55,7 +55,7 @@ func TestIdempotentSend(t *testing.T) {
 // TestIdempotentCreate: concurrent identical creates make one chat.
 func TestIdempotentCreate(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	body := map[string]any{"content": textContent("hello"), "request_id": "create-1"}
 	var wg sync.WaitGroup
 	results := make([]response, 8)

@@ -15,7 +15,7 @@ import (
 // changes nothing.
 func TestInputRules(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, func(c *chatapi.AppConfig) {
+	a := setup(t, func(c *chatapi.AppConfig) {
 		c.MaxMessageBytes = 1000
 		c.MaxQueuedMessages = 2
 	})

@@ -16,7 +16,7 @@ import (
 )
 
 // signed is a token for any (user, organization, admin) triple.
-func (a *api) signed(userID, orgID uuid.UUID, admin bool) string {
+func (a *fixture) signed(userID, orgID uuid.UUID, admin bool) string {
 	a.t.Helper()
 	tok, err := a.signer.Sign(auth.Claims{UserID: userID, OrganizationID: orgID, Admin: admin}, time.Hour)
 	require.NoError(a.t, err)
@@ -34,7 +34,7 @@ func (a *api) signed(userID, orgID uuid.UUID, admin bool) string {
 // non-administrator is refused there.
 func TestEveryResourceIsolation(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	A := a.user
 	adminA := a.adminToken(A)
 	orgX := "/api/v2/organizations/" + A.org.String()

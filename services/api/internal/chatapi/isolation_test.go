@@ -16,7 +16,7 @@ import (
 )
 
 // tenant is a caller signed for any (user, organization) pair.
-func (a *api) tenant(userID, orgID uuid.UUID) user {
+func (a *fixture) tenant(userID, orgID uuid.UUID) user {
 	a.t.Helper()
 	tok, err := a.signer.Sign(auth.Claims{UserID: userID, OrganizationID: orgID}, time.Hour)
 	require.NoError(a.t, err)
@@ -26,7 +26,7 @@ func (a *api) tenant(userID, orgID uuid.UUID) user {
 // strangers are the callers that must not reach owner's resources: the same
 // user in another organization, another user in the same organization, and
 // another user in another organization.
-func (a *api) strangers(owner user) map[string]user {
+func (a *fixture) strangers(owner user) map[string]user {
 	otherOrg, otherUser := uuid.New(), uuid.New()
 	return map[string]user{
 		"same user, other organization":  a.tenant(owner.id, otherOrg),
@@ -40,7 +40,7 @@ func (a *api) strangers(owner user) map[string]user {
 // else, without its bytes or name in the answer, and leaves it unlinked.
 func TestFileIsolation(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	owner := a.user
 	const secret = "the owner's secret bytes"
 	up := a.upload(owner, "secret.txt", "text/plain", secret)
@@ -101,7 +101,7 @@ func TestFileIsolation(t *testing.T) {
 // replays the owner's response: it acts anew, for the caller.
 func TestRequestIDIsolation(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	owner := a.user
 	createBody := map[string]any{"content": textContent("owner's prompt"), "request_id": "create-1"}
 	first := a.call("POST", "/api/v2/chats", owner.token, createBody)
@@ -149,7 +149,7 @@ func TestRequestIDIsolation(t *testing.T) {
 // linked to it.
 func TestIdempotentCreateWithAttachment(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	up := a.upload(a.user, "a.txt", "text/plain", "attached")
 	require.Equal(t, http.StatusCreated, up.code, "%s", up.raw)
 	body := map[string]any{"content": fileContent("read this", up.str("id")), "request_id": "create-with-file"}
@@ -174,7 +174,7 @@ func TestIdempotentCreateWithAttachment(t *testing.T) {
 // original chat although the model it named is gone since.
 func TestIdempotentCreateAfterModelDeleted(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	admin, err := a.signer.Sign(auth.Claims{UserID: a.user.id, OrganizationID: a.user.org, Admin: true}, time.Hour)
 	require.NoError(t, err)
 	r := a.call("GET", "/api/v2/organizations/"+a.user.org.String()+"/chats/models", a.user.token, nil)

@@ -20,7 +20,7 @@ import (
 // stores nothing.
 func TestMessagePartCaps(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, func(cfg *chatapi.AppConfig) {
+	a := setup(t, func(cfg *chatapi.AppConfig) {
 		cfg.Config.MaxMessageParts, cfg.Config.MaxMessageFiles = 4, 2
 	})
 	id := a.createChat("")
@@ -65,7 +65,7 @@ func TestMessagePartCaps(t *testing.T) {
 }
 
 // rawGet is a GET whose headers the test reads.
-func (a *api) rawGet(path, token string) *http.Response {
+func (a *fixture) rawGet(path, token string) *http.Response {
 	a.t.Helper()
 	req, err := http.NewRequest("GET", a.base+path, nil)
 	require.NoError(a.t, err)
@@ -83,7 +83,7 @@ func (a *api) rawGet(path, token string) *http.Response {
 func TestRateLimit(t *testing.T) {
 	t.Parallel()
 	// One token every 1000 s: the bucket does not refill during the test.
-	a := startAPI(t, func(cfg *chatapi.AppConfig) {
+	a := setup(t, func(cfg *chatapi.AppConfig) {
 		cfg.Config.RateLimitPerSecond, cfg.Config.RateLimitBurst = 0.001, 3
 	})
 	for i := range 3 {
@@ -124,7 +124,7 @@ func TestRateLimit(t *testing.T) {
 // 400 naming the field and the limit; nothing is stored.
 func TestNameLengthCaps(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	admin := a.adminToken(a.user)
 	org := "/api/v2/organizations/" + a.user.org.String()
 	long := strings.Repeat("é", 201)
@@ -169,7 +169,7 @@ func TestTitleGenerationBound(t *testing.T) {
 	t.Parallel()
 	p := newTitleProbe(t)
 	skipped := make(chan uuid.UUID, 4)
-	a := startAPI(t, p.option(), func(cfg *chatapi.AppConfig) {
+	a := setup(t, p.option(), func(cfg *chatapi.AppConfig) {
 		cfg.Config.MaxTitleGenerations = 1
 		cfg.TitleHooks.Skipped = func(chat uuid.UUID) { skipped <- chat }
 	})
@@ -216,7 +216,7 @@ func TestTitleGenerationBound(t *testing.T) {
 // parameters, and says who may call ListModelConfigs.
 func TestOpenAPIDocument(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	resp, err := http.Get(a.base + "/api/v2/openapi.json")
 	require.NoError(t, err)
 	defer resp.Body.Close()

@@ -21,7 +21,7 @@ import (
 // organizations 404.
 func TestMCPServerEndpoints(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	tok, err := a.signer.Sign(auth.Claims{UserID: a.user.id, OrganizationID: a.user.org, Admin: true}, time.Hour)
 	require.NoError(t, err)
 	base := fmt.Sprintf("/api/v2/organizations/%s/chats/mcp-servers", a.user.org)

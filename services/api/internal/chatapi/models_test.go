@@ -15,7 +15,7 @@ import (
 	"github.com/chatd/chatd/pkg/modelconfig"
 )
 
-func (a *api) adminToken(u user) string {
+func (a *fixture) adminToken(u user) string {
 	tok, err := a.signer.Sign(auth.Claims{UserID: u.id, OrganizationID: u.org, Admin: true}, time.Hour)
 	require.NoError(a.t, err)
 	return tok
@@ -25,7 +25,7 @@ func (a *api) adminToken(u user) string {
 // as its default; providers never show their keys; writes need an admin.
 func TestModelsDiscoveryAndAdmin(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	org := a.user.org.String()
 	models := "/api/v2/organizations/" + org + "/chats/models"
 
@@ -106,7 +106,7 @@ func defaults(r response) []string {
 // defaults.
 func TestModelConfigDefaultUnderConcurrentWrites(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	admin := a.adminToken(a.user)
 	path := "/api/v2/organizations/" + a.user.org.String() + "/chats/model-configs"
 	r := a.call("GET", path, admin, nil) // creates the organization with its scripted default

@@ -30,7 +30,7 @@ func (r response) ids(field string) []string {
 // queue comes with every page; bad page parameters are 400s that say why.
 func TestListMessagesPagination(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	id := a.createChat("m1")
 	chat := "/api/v2/chats/" + id.String()
 	finish := func() {
@@ -113,7 +113,7 @@ func TestListMessagesPagination(t *testing.T) {
 // is a 400 that says so.
 func TestListPagination(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	admin := a.adminToken(a.user)
 	org := "/api/v2/organizations/" + a.user.org.String()
 

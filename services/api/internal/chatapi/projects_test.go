@@ -12,7 +12,7 @@ import (
 // one at creation, and cannot use or see another user's project.
 func TestProjects(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	me, other := a.user, a.newUser()
 
 	r := a.call("POST", "/api/v2/projects", me.token, map[string]any{"name": "  docs  "})

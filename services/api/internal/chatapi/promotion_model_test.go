@@ -16,7 +16,7 @@ import (
 // not the disabled config.
 func TestPromotionRevalidatesTheQueuedModel(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	admin := a.adminToken(a.user)
 	r := a.call("POST", "/api/v2/chats/providers", admin, map[string]any{"provider_type": "openai", "display_name": "OpenAI", "api_key": "sk-x"})
 	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
@@ -54,7 +54,7 @@ func TestPromotionRevalidatesTheQueuedModel(t *testing.T) {
 // that would make it so; nothing is stored.
 func TestModelConfigRefusesOptionsItsTransportWouldNotSend(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	admin := a.adminToken(a.user)
 	r := a.call("POST", "/api/v2/chats/providers", admin, map[string]any{"provider_type": "openai", "display_name": "OpenAI", "api_key": "sk-x"})
 	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)

@@ -26,7 +26,7 @@ func TestAPIPromotionsRecordQueueWait(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	a := startAPI(t, func(cfg *chatapi.AppConfig) {
+	a := setup(t, func(cfg *chatapi.AppConfig) {
 		cfg.TitleHooks = chatapi.TitleHooks{Stages: telemetry.NewStages(telemetry.StagesOptions{TracerProvider: tp, DisableMetrics: true})}
 	})
 	queueWaits := func(chat uuid.UUID) []sdktrace.ReadOnlySpan {

@@ -16,7 +16,7 @@ import (
 // scope); a token without a scope claim has the full scope.
 func TestModelDiscoveryScope(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t)
+	a := setup(t)
 	models := "/api/v2/organizations/" + a.user.org.String() + "/chats/models"
 	read, err := a.signer.Sign(auth.Claims{UserID: a.user.id, OrganizationID: a.user.org, Scopes: []auth.Scope{auth.ScopeModelConfigRead}}, time.Hour)
 	require.NoError(t, err)

@@ -40,7 +40,7 @@ func testKeys(t *testing.T) *secrets.Keyring {
 func TestCredentialsStoredEncrypted(t *testing.T) {
 	t.Parallel()
 	keys := testKeys(t)
-	a := startAPI(t, withSecrets(keys))
+	a := setup(t, withSecrets(keys))
 	ctx := context.Background()
 	tok, err := a.signer.Sign(auth.Claims{UserID: a.user.id, OrganizationID: a.user.org, Admin: true}, time.Hour)
 	require.NoError(t, err)
@@ -102,7 +102,7 @@ func TestCredentialsStoredEncrypted(t *testing.T) {
 func TestServeRefusesMissingKey(t *testing.T) {
 	t.Parallel()
 	keys := testKeys(t)
-	a := startAPI(t, withSecrets(keys))
+	a := setup(t, withSecrets(keys))
 	_, err := modelconfig.New(a.pool, modelconfig.WithKeys(keys)).CreateProvider(context.Background(),
 		modelconfig.ProviderCreate{Type: modelconfig.ProviderOpenAI, APIKey: "sk-needs-key-0007"})
 	require.NoError(t, err)

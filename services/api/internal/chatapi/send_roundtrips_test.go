@@ -26,7 +26,7 @@ import (
 func TestSendStartsATurnInTwoRoundTrips(t *testing.T) {
 	t.Parallel()
 	rec := &dbtest.RoundTrips{}
-	a := startAPI(t, func(c *chatapi.AppConfig) { c.DBTracer = multitracer.New(dbtest.Guard(t), rec) })
+	a := setup(t, func(c *chatapi.AppConfig) { c.DBTracer = multitracer.New(dbtest.Guard(t), rec) })
 	id := a.createChat("hello")
 	for i, prompt := range []string{"again", "once more", "with a request_id"} {
 		body := map[string]any{"content": textContent(prompt)}

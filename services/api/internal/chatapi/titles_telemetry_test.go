@@ -31,7 +31,7 @@ func TestTitleGenerationIsBackgroundStage(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()); _ = mp.Shutdown(context.Background()) })
 	written := make(chan uuid.UUID, 4)
-	a := startAPI(t, func(cfg *chatapi.AppConfig) {
+	a := setup(t, func(cfg *chatapi.AppConfig) {
 		cfg.TitleHooks = chatapi.TitleHooks{
 			AfterWrite: func(chat uuid.UUID, _ string, applied bool, err error) {
 				if err == nil && applied {

@@ -73,7 +73,7 @@ func (p *titleProbe) waitWritten(chat string) titleOutcome {
 	return titleOutcome{}
 }
 
-func (a *api) chatTitle(id string) (title, source string) {
+func (a *fixture) chatTitle(id string) (title, source string) {
 	a.t.Helper()
 	r := a.call("GET", "/api/v2/chats/"+id, a.user.token, nil)
 	require.Equal(a.t, http.StatusOK, r.code, "%s", r.raw)
@@ -86,7 +86,7 @@ func (a *api) chatTitle(id string) (title, source string) {
 func TestTitleGeneratedInBackground(t *testing.T) {
 	t.Parallel()
 	p := newTitleProbe(t)
-	a := startAPI(t, p.option())
+	a := setup(t, p.option())
 
 	r := a.call("POST", "/api/v2/chats", a.user.token, map[string]any{
 		"content": textContent("  Plan a   trip to Lisbon\n::title Lisbon trip plan"),
@@ -117,7 +117,7 @@ func TestTitleGeneratedInBackground(t *testing.T) {
 func TestTitleUserWins(t *testing.T) {
 	t.Parallel()
 	p := newTitleProbe(t)
-	a := startAPI(t, p.option())
+	a := setup(t, p.option())
 
 	r := a.call("POST", "/api/v2/chats", a.user.token, map[string]any{"content": textContent("Draft the release notes")})
 	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
@@ -150,7 +150,7 @@ func TestTitleUserWins(t *testing.T) {
 func TestTitleEmptyCreate(t *testing.T) {
 	t.Parallel()
 	p := newTitleProbe(t)
-	a := startAPI(t, p.option())
+	a := setup(t, p.option())
 
 	r := a.call("POST", "/api/v2/chats", a.user.token, map[string]any{})
 	require.Equal(t, http.StatusCreated, r.code, "%s", r.raw)
@@ -183,7 +183,7 @@ func TestTitleRetriesUseTheGenerationRetryLimit(t *testing.T) {
 	t.Parallel()
 	p := newTitleProbe(t)
 	close(p.hold)
-	a := startAPI(t, p.option(), func(cfg *chatapi.AppConfig) {
+	a := setup(t, p.option(), func(cfg *chatapi.AppConfig) {
 		cfg.Config.MaxGenerationRetries = 7
 		cfg.Config.RetryBaseDelay, cfg.Config.RetryMaxDelay = time.Millisecond, time.Millisecond
 	})

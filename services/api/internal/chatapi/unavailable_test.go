@@ -18,7 +18,7 @@ import (
 // nothing was applied: the same request succeeds once the lock is gone.
 func TestTransientDatabaseFailureIsUnavailable(t *testing.T) {
 	t.Parallel()
-	a := startAPI(t, func(c *chatapi.AppConfig) { c.DB.LockTimeout = 200 * time.Millisecond })
+	a := setup(t, func(c *chatapi.AppConfig) { c.DB.LockTimeout = 200 * time.Millisecond })
 	id := a.reach(chatstate.W, false)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

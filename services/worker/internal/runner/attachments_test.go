@@ -19,7 +19,7 @@ import (
 // scripted model's ::files reports what it received).
 func TestAttachmentsInThePrompt(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	q := queries.New(e.pool)
 	upload := func(name, mediaType, data string) uuid.UUID {
 		row, err := q.ChatFileInsert(e.ctx, queries.ChatFileInsertParams{

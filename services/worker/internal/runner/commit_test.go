@@ -139,9 +139,9 @@ func (h *recordHandler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *recordHandler) WithGroup(string) slog.Handler { return h }
 
-// runWith runs a runner with deps (the env's database, NATS, parts and
+// runWith runs a runner with deps (the fixture's database, NATS, parts and
 // clock filled in) for spec until the test ends.
-func (e *env) runWith(deps runner.Deps, spec runner.Spec) runner.Runner {
+func (e *fixture) runWith(deps runner.Deps, spec runner.Spec) runner.Runner {
 	e.t.Helper()
 	deps.Pool, deps.Machine, deps.NATS, deps.Parts, deps.Clock = e.pool, e.machine, e.nc, e.parts, e.clock
 	if deps.RequestCleanup == nil {
@@ -234,7 +234,7 @@ func (l *rowLock) release() {
 // the tool runs once and the history holds one tool call.
 func TestCommitFailureAfterTheModelAnsweredCallsNothingTwice(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create(`::tool count {"n":1}`, rid)
 
@@ -291,7 +291,7 @@ func TestCommitFailureAfterTheModelAnsweredCallsNothingTwice(t *testing.T) {
 // makes it.
 func TestTakenOverRunnerIsFenced(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	oldID := uuid.New()
 	id := e.create("::reply from whoever owns the chat", oldID)
 

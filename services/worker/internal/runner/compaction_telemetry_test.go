@@ -61,7 +61,7 @@ func summarizer(t *testing.T) (*httptest.Server, *atomic.Int32) {
 // attempts and the backoff are observed; compaction is span-only.
 func TestCompactionStages(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	o := newObserved(t)
 	srv, requests := summarizer(t)
 	store := modelconfig.New(e.pool)
@@ -177,7 +177,7 @@ func TestCompactionStages(t *testing.T) {
 // emitted as usual.
 func TestStageMetricsExperimentOff(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	o := newObserved(t)
 	o.experiments = []string{"agent-lifecycle-hooks"}
 	rid := uuid.New()

@@ -82,7 +82,7 @@ func (g *gateTool) waitStarted(t *testing.T) string {
 }
 
 // openCalls reads chat id's open tool calls.
-func (e *env) openCalls(id uuid.UUID) []queries.ChatMessageOpenToolCallsRow {
+func (e *fixture) openCalls(id uuid.UUID) []queries.ChatMessageOpenToolCallsRow {
 	e.t.Helper()
 	rows, err := queries.New(e.pool).ChatMessageOpenToolCalls(e.ctx, id)
 	require.NoError(e.t, err)
@@ -90,7 +90,7 @@ func (e *env) openCalls(id uuid.UUID) []queries.ChatMessageOpenToolCallsRow {
 }
 
 // storedCall is the tool-call part of chat id's newest assistant message.
-func (e *env) storedCall(id uuid.UUID) chatmsg.Part {
+func (e *fixture) storedCall(id uuid.UUID) chatmsg.Part {
 	e.t.Helper()
 	msgs := e.messages(id)
 	for i := len(msgs) - 1; i >= 0; i-- {
@@ -107,7 +107,7 @@ func (e *env) storedCall(id uuid.UUID) chatmsg.Part {
 }
 
 // toolResults are the tool-result parts of chat id's active history.
-func (e *env) toolResults(id uuid.UUID) []chatmsg.Part {
+func (e *fixture) toolResults(id uuid.UUID) []chatmsg.Part {
 	e.t.Helper()
 	var out []chatmsg.Part
 	for _, m := range e.messages(id) {
@@ -125,7 +125,7 @@ func (e *env) toolResults(id uuid.UUID) []chatmsg.Part {
 // the step and once for the answer to the result.
 func TestStepIsStoredBeforeItsToolRuns(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create(`::tool gate {"n":1}`, rid)
 	tool := newGateTool("gate", agenttools.EffectRetry, true)
@@ -170,7 +170,7 @@ func TestStepIsStoredBeforeItsToolRuns(t *testing.T) {
 
 // storeOpenStep stores an assistant step calling tool (as a worker that
 // died while the tool ran left it) and returns the call's key.
-func (e *env) storeOpenStep(id uuid.UUID, tool string) string {
+func (e *fixture) storeOpenStep(id uuid.UUID, tool string) string {
 	e.t.Helper()
 	key := chatstate.IdempotencyKey(id, "crashed", "call-1")
 	part := chatmsg.ToolCall("call-1", tool, json.RawMessage(`{}`))
@@ -186,7 +186,7 @@ func (e *env) storeOpenStep(id uuid.UUID, tool string) string {
 
 // recordStarted writes the start record of chat id's open call, as the
 // worker that died did before it ran the call.
-func (e *env) recordStarted(id uuid.UUID) {
+func (e *fixture) recordStarted(id uuid.UUID) {
 	e.t.Helper()
 	open := e.openCalls(id)
 	require.Len(e.t, open, 1)
@@ -200,7 +200,7 @@ func (e *env) recordStarted(id uuid.UUID) {
 // called only for the answer to its result.
 func TestResumedRetryCallRunsAgainWithTheSameKey(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create(`::tool gate {}`, rid)
 	key := e.storeOpenStep(id, "gate")
@@ -223,7 +223,7 @@ func TestResumedRetryCallRunsAgainWithTheSameKey(t *testing.T) {
 // not run again: its result tells the model it was interrupted.
 func TestResumedStartedNeverRetryCallIsAnsweredInterrupted(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create(`::tool gate {}`, rid)
 	e.storeOpenStep(id, "gate")
@@ -246,7 +246,7 @@ func TestResumedStartedNeverRetryCallIsAnsweredInterrupted(t *testing.T) {
 // is recorded before it runs.
 func TestNeverRetryCallRecordsItsStartAndRuns(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create(`::tool gate {}`, rid)
 	tool := newGateTool("gate", agenttools.EffectNeverRetry, true)
@@ -273,7 +273,7 @@ func TestNeverRetryCallRecordsItsStartAndRuns(t *testing.T) {
 // on; the tool's context is cancelled.
 func TestToolCallPastItsDeadlineIsAnErrorResult(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create(`::tool gate {}`, rid)
 	tool := newGateTool("gate", agenttools.EffectRetry, true)
@@ -297,7 +297,7 @@ func TestToolCallPastItsDeadlineIsAnErrorResult(t *testing.T) {
 // once: the stored step is kept and the call is answered as interrupted.
 func TestInterruptDuringAToolRun(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::think pondering\n::tool gate {}", rid)
 	tool := newGateTool("gate", agenttools.EffectNeverRetry, true)
@@ -334,7 +334,7 @@ func TestInterruptDuringAToolRun(t *testing.T) {
 // result instead of running the call again.
 func TestInterruptKeepsTheResultsOfFinishedCalls(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::tool quick {}\n::tool gate {}", rid)
 	quick := newGateTool("quick", agenttools.EffectNeverRetry, false)

@@ -25,7 +25,7 @@ import (
 // stage nests there, is turn-scoped and observed.
 func TestMCPConnectInPrepare(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	o := newObserved(t)
 
 	srv := mcp.NewServer(&mcp.Implementation{Name: "t", Version: "v1"}, nil)

@@ -66,7 +66,7 @@ func (o *outage) start(t *testing.T) {
 func TestTurnWithNATSDown(t *testing.T) {
 	t.Parallel()
 	o := newOutage(t)
-	e := newEnvConn(t, o.nc)
+	e := setupConn(t, o.nc)
 	o.stop(t)
 
 	rid := uuid.New()
@@ -85,7 +85,7 @@ func TestTurnWithNATSDown(t *testing.T) {
 func TestRunnerSubscriptionRestored(t *testing.T) {
 	t.Parallel()
 	o := newOutage(t)
-	e := newEnvConn(t, o.nc)
+	e := setupConn(t, o.nc)
 	o.stop(t)
 
 	rid := uuid.New()

@@ -66,7 +66,7 @@ func BenchmarkBurstPoolWait(b *testing.B) {
 		pool := dbtest.NewPoolOn(b, dbtest.NewDatabase(b), dbpool.Options{
 			MaxConns: conns, Tracer: multitracer.New(dbtest.Guard(b), waits),
 		})
-		e := newEnvOn(b, pool)
+		e := setupOn(b, pool)
 		ids := make([]uuid.UUID, turns)
 		rids := make([]uuid.UUID, turns)
 		for i := range ids {

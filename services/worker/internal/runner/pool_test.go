@@ -32,7 +32,7 @@ func TestManyRunnersDecideStepsOnASmallPool(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, before) })
 
 	pool := dbtest.NewPoolOn(t, dbtest.NewDatabase(t), dbpool.Options{MaxConns: 2})
-	e := newEnvOn(t, pool)
+	e := setupOn(t, pool)
 	const runners = 50
 	ids := make([]uuid.UUID, runners)
 	rids := make([]uuid.UUID, runners)

@@ -44,7 +44,7 @@ func leakyProvider(t *testing.T) (*httptest.Server, *atomic.Int32) {
 func TestProviderErrorTextIsRedacted(t *testing.T) {
 	t.Parallel()
 	const key = "sk-live-0123456789abcdef"
-	e := newEnv(t)
+	e := setup(t)
 	srv, requests := leakyProvider(t)
 	store := modelconfig.New(e.pool)
 	prov, err := store.CreateProvider(e.ctx, modelconfig.ProviderCreate{

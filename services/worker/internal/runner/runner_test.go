@@ -82,7 +82,7 @@ func (c *commits) maxAttempt(id uuid.UUID) int64 {
 	return n
 }
 
-type env struct {
+type fixture struct {
 	t        testing.TB
 	ctx      context.Context
 	pool     *pgxpool.Pool
@@ -97,28 +97,28 @@ type env struct {
 	cleanups chan uuid.UUID
 }
 
-func newEnv(t *testing.T) *env {
+func setup(t *testing.T) *fixture {
 	t.Helper()
-	return newEnvWith(t, dbtest.NewPool(t), natstest.NewConn(t))
+	return setupWith(t, dbtest.NewPool(t), natstest.NewConn(t))
 }
 
-// newEnvOn is newEnv over pool.
-func newEnvOn(t testing.TB, pool *pgxpool.Pool) *env {
+// setupOn is setup over pool.
+func setupOn(t testing.TB, pool *pgxpool.Pool) *fixture {
 	t.Helper()
-	return newEnvWith(t, pool, natstest.NewConn(t))
+	return setupWith(t, pool, natstest.NewConn(t))
 }
 
-// newEnvConn is newEnv over nc, which both the runners and the publisher
+// setupConn is setup over nc, which both the runners and the publisher
 // use.
-func newEnvConn(t *testing.T, nc *nats.Conn) *env {
+func setupConn(t *testing.T, nc *nats.Conn) *fixture {
 	t.Helper()
-	return newEnvWith(t, dbtest.NewPool(t), nc)
+	return setupWith(t, dbtest.NewPool(t), nc)
 }
 
-// newEnvWith is newEnv over pool and nc.
-func newEnvWith(t testing.TB, pool *pgxpool.Pool, nc *nats.Conn) *env {
+// setupWith is setup over pool and nc.
+func setupWith(t testing.TB, pool *pgxpool.Pool, nc *nats.Conn) *fixture {
 	t.Helper()
-	e := &env{
+	e := &fixture{
 		t: t, ctx: context.Background(), pool: pool, nc: nc,
 		clock:   clockwork.NewFakeClockAt(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)),
 		commits: &commits{},
@@ -142,7 +142,7 @@ func text(s string) chatmsg.Content { return chatmsg.Content{chatmsg.Text(s)} }
 
 // create makes a running chat whose user message is prompt and acquires it
 // for (e.worker, runnerID).
-func (e *env) create(prompt string, runnerID uuid.UUID) uuid.UUID {
+func (e *fixture) create(prompt string, runnerID uuid.UUID) uuid.UUID {
 	e.t.Helper()
 	id := uuid.New()
 	_, err := e.machine.Create(e.ctx, chatstate.CreateParams{
@@ -157,14 +157,14 @@ func (e *env) create(prompt string, runnerID uuid.UUID) uuid.UUID {
 	return id
 }
 
-func (e *env) do(id uuid.UUID, fn func(*chatstate.Tx) error) {
+func (e *fixture) do(id uuid.UUID, fn func(*chatstate.Tx) error) {
 	e.t.Helper()
 	_, err := e.machine.Update(e.ctx, id, fn)
 	require.NoError(e.t, err)
 }
 
 // start runs a runner for (chat, runnerID) until the test ends.
-func (e *env) start(chat, runnerID uuid.UUID, cfg runner.Config) runner.Runner {
+func (e *fixture) start(chat, runnerID uuid.UUID, cfg runner.Config) runner.Runner {
 	e.t.Helper()
 	return e.runWith(runner.Deps{
 		Config: cfg,
@@ -180,7 +180,7 @@ func (e *env) start(chat, runnerID uuid.UUID, cfg runner.Config) runner.Runner {
 	}, runner.Spec{ChatID: chat, WorkerID: e.worker, RunnerID: runnerID})
 }
 
-func (e *env) chat(id uuid.UUID) queries.Chat {
+func (e *fixture) chat(id uuid.UUID) queries.Chat {
 	e.t.Helper()
 	s, err := e.machine.Get(e.ctx, id)
 	require.NoError(e.t, err)
@@ -189,7 +189,7 @@ func (e *env) chat(id uuid.UUID) queries.Chat {
 
 // waitStatus waits until the chat has status, advancing the fake clock by
 // step on every poll (0: the clock stands still).
-func (e *env) waitStatus(id uuid.UUID, status chatstate.Status, step time.Duration) queries.Chat {
+func (e *fixture) waitStatus(id uuid.UUID, status chatstate.Status, step time.Duration) queries.Chat {
 	e.t.Helper()
 	var c queries.Chat
 	require.Eventually(e.t, func() bool {
@@ -207,7 +207,7 @@ type msg struct {
 	Content chatmsg.Content
 }
 
-func (e *env) messages(id uuid.UUID) []msg {
+func (e *fixture) messages(id uuid.UUID) []msg {
 	e.t.Helper()
 	rows, err := queries.New(e.pool).ChatMessageListActive(e.ctx, id)
 	require.NoError(e.t, err)
@@ -220,7 +220,7 @@ func (e *env) messages(id uuid.UUID) []msg {
 	return out
 }
 
-func (e *env) assistantTexts(id uuid.UUID) []string {
+func (e *fixture) assistantTexts(id uuid.UUID) []string {
 	var out []string
 	for _, m := range e.messages(id) {
 		if m.Role == chatstate.RoleAssistant {
@@ -232,7 +232,7 @@ func (e *env) assistantTexts(id uuid.UUID) []string {
 
 func TestReply(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::reply hello", rid)
 	e.start(id, rid, runner.Config{})
@@ -251,7 +251,7 @@ func TestReply(t *testing.T) {
 
 func TestRetryableFailuresThenSuccess(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::fail retryable 2\n::reply ok", rid)
 	e.start(id, rid, runner.Config{MaxGenerationRetries: 2, RetryBaseDelay: time.Second, RetryMaxDelay: time.Minute})
@@ -275,7 +275,7 @@ func TestRetryableFailuresThenSuccess(t *testing.T) {
 
 func TestRetryableFailuresExhaustRetries(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::fail retryable", rid)
 	e.start(id, rid, runner.Config{MaxGenerationRetries: 2, RetryBaseDelay: time.Second})
@@ -292,7 +292,7 @@ func TestRetryableFailuresExhaustRetries(t *testing.T) {
 // turn in error, without a retry state or a second attempt.
 func TestZeroGenerationRetries(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::fail retryable 1\n::reply too late", rid)
 	e.start(id, rid, runner.Config{MaxGenerationRetries: 0, RetryBaseDelay: time.Second})
@@ -307,7 +307,7 @@ func TestZeroGenerationRetries(t *testing.T) {
 
 func TestFatalFailure(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::fail fatal", rid)
 	e.start(id, rid, runner.Config{})
@@ -321,7 +321,7 @@ func TestFatalFailure(t *testing.T) {
 
 func TestDynamicToolCompleted(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create(`::tool ask_user {"q":1}`, rid)
 	e.start(id, rid, runner.Config{})
@@ -349,7 +349,7 @@ func TestDynamicToolCompleted(t *testing.T) {
 
 func TestDynamicToolDeadline(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create(`::tool ask_user {"q":1}`, rid)
 	e.start(id, rid, runner.Config{})
@@ -369,7 +369,7 @@ func TestDynamicToolDeadline(t *testing.T) {
 
 func TestInterruptKeepsPartialAndPromotesQueue(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::stream 50 10", rid)
 	e.start(id, rid, runner.Config{})
@@ -401,7 +401,7 @@ func TestInterruptKeepsPartialAndPromotesQueue(t *testing.T) {
 
 func TestFirstTokenTimeoutRetries(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::stall", rid)
 	e.start(id, rid, runner.Config{TTFTTimeout: 10 * time.Second, MaxGenerationRetries: 1, RetryBaseDelay: time.Second})
@@ -418,7 +418,7 @@ func TestFirstTokenTimeoutRetries(t *testing.T) {
 
 func TestTurnTimeLimit(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::stall", rid)
 	e.start(id, rid, runner.Config{TurnMaxDuration: time.Minute})
@@ -431,7 +431,7 @@ func TestTurnTimeLimit(t *testing.T) {
 
 func TestForeignRunnerRequestsCleanup(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	owner := uuid.New()
 	id := e.create("::reply hello", owner)
 	stale := uuid.New()
@@ -451,7 +451,7 @@ func TestForeignRunnerRequestsCleanup(t *testing.T) {
 
 func TestArchivedChatIsAbandoned(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::reply hello", rid)
 	e.do(id, func(tx *chatstate.Tx) error { return tx.FinishError(e.ctx, "boom") })
@@ -465,7 +465,7 @@ func TestArchivedChatIsAbandoned(t *testing.T) {
 
 func TestWorkerToolResultsCommittedWithTheCall(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create(`::tool get_weather {"city":"Oslo"}`, rid)
 	e.start(id, rid, runner.Config{})
@@ -483,7 +483,7 @@ func TestWorkerToolResultsCommittedWithTheCall(t *testing.T) {
 
 func TestHistoryChangeRestartsGeneration(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::stream 50 10", rid)
 	e.start(id, rid, runner.Config{})
@@ -506,7 +506,7 @@ func TestHistoryChangeRestartsGeneration(t *testing.T) {
 
 func TestDeliverForeignOwner(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::stall", rid)
 	r := e.start(id, rid, runner.Config{})
@@ -527,7 +527,7 @@ func TestDeliverForeignOwner(t *testing.T) {
 
 func TestInterruptBeforeFirstTokenCommitsNothing(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("::stall", rid)
 	e.start(id, rid, runner.Config{})
@@ -543,7 +543,7 @@ func TestInterruptBeforeFirstTokenCommitsNothing(t *testing.T) {
 
 func TestDeletedChatRequestsCleanup(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	e.start(uuid.New(), rid, runner.Config{})
 	select {

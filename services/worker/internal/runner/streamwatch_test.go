@@ -33,7 +33,7 @@ func (m stallAfterFirst) Stream(ctx context.Context, _ llm.Request) iter.Seq2[ll
 // idle timeout on the runner's clock and retried like any retryable error.
 func TestStreamIdleTimeoutRetries(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	rid := uuid.New()
 	id := e.create("hello", rid)
 	e.runWith(runner.Deps{

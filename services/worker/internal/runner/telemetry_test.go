@@ -46,7 +46,7 @@ func newObserved(t *testing.T) *observed {
 
 // startObserved runs a runner for (chat, runnerID) with o's providers until
 // the test ends.
-func (e *env) startObserved(chat, runnerID uuid.UUID, o *observed) {
+func (e *fixture) startObserved(chat, runnerID uuid.UUID, o *observed) {
 	e.t.Helper()
 	r := runner.New(runner.Deps{
 		Pool: e.pool, Machine: e.machine, NATS: e.nc, Parts: e.parts, Clock: e.clock,
@@ -122,7 +122,7 @@ func collect(t *testing.T, o *observed) map[string][]map[string]string {
 
 func TestTurnTraceAndMetrics(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	o := newObserved(t)
 	rid := uuid.New()
 	id := e.create("::think pondering\n::reply hello", rid)
@@ -226,7 +226,7 @@ func TestTurnTraceAndMetrics(t *testing.T) {
 
 func TestTurnTraceError(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	o := newObserved(t)
 	rid := uuid.New()
 	id := e.create("::fail fatal", rid)
@@ -256,7 +256,7 @@ func TestTurnTraceError(t *testing.T) {
 
 func TestTurnTraceInterruptPromotesQueue(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	o := newObserved(t)
 	rid := uuid.New()
 	id := e.create("::stream 50 10", rid)

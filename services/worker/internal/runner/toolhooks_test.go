@@ -93,7 +93,7 @@ func (p *toolPolicy) start(t *testing.T) *hooks.Dispatcher {
 }
 
 // startHooked runs a runner with the shell tool and the tool hooks.
-func (e *env) startHooked(chat, runnerID uuid.UUID, tool *shellTool, d *hooks.Dispatcher) {
+func (e *fixture) startHooked(chat, runnerID uuid.UUID, tool *shellTool, d *hooks.Dispatcher) {
 	e.t.Helper()
 	r := runner.New(runner.Deps{
 		Pool: e.pool, Machine: e.machine, NATS: e.nc, Parts: e.parts, Clock: e.clock,
@@ -114,7 +114,7 @@ func (e *env) startHooked(chat, runnerID uuid.UUID, tool *shellTool, d *hooks.Di
 	})
 }
 
-func (e *env) visibilities(id uuid.UUID) []queries.ChatMessageVisibility {
+func (e *fixture) visibilities(id uuid.UUID) []queries.ChatMessageVisibility {
 	e.t.Helper()
 	rows, err := queries.New(e.pool).ChatMessageListActive(e.ctx, id)
 	require.NoError(e.t, err)
@@ -127,7 +127,7 @@ func (e *env) visibilities(id uuid.UUID) []queries.ChatMessageVisibility {
 
 func TestPreToolUseDenyIsASyntheticResult(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	tool := &shellTool{}
 	p := &toolPolicy{pre: func(d agenthooks.PreToolUseData) agenthooks.Response {
 		r := agenthooks.Deny("no shells here")
@@ -158,7 +158,7 @@ func TestPreToolUseDenyIsASyntheticResult(t *testing.T) {
 
 func TestPreToolUseRewriteRunsAndStoresTheOverride(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	tool := &shellTool{}
 	var seen string
 	p := &toolPolicy{pre: func(d agenthooks.PreToolUseData) agenthooks.Response {
@@ -187,7 +187,7 @@ func TestPreToolUseRewriteRunsAndStoresTheOverride(t *testing.T) {
 
 func TestPreToolUseFailureErrorsBeforeRunning(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	tool := &shellTool{}
 	p := &toolPolicy{failPre: true}
 	rid := uuid.New()
@@ -204,7 +204,7 @@ func TestPreToolUseFailureErrorsBeforeRunning(t *testing.T) {
 
 func TestPostToolUseFailureCommitsResultsThenErrors(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	tool := &shellTool{}
 	p := &toolPolicy{pre: func(agenthooks.PreToolUseData) agenthooks.Response { return agenthooks.Response{} }, failPost: true}
 	rid := uuid.New()
@@ -226,7 +226,7 @@ func TestPostToolUseFailureCommitsResultsThenErrors(t *testing.T) {
 // stored input without a second pre_tool_use; post_tool_use reports it.
 func TestOpenCallRunsWithoutPreToolUse(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	tool := &shellTool{}
 	var mu sync.Mutex
 	pres := 0
@@ -262,7 +262,7 @@ func TestOpenCallRunsWithoutPreToolUse(t *testing.T) {
 // error, so the next prompt's history has a result for every call.
 func TestPostToolUseFailureMidBatchLeavesNoCallOpen(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
+	e := setup(t)
 	tool := &shellTool{}
 	p := &toolPolicy{pre: func(agenthooks.PreToolUseData) agenthooks.Response { return agenthooks.Response{} }, failPost: true}
 	rid := uuid.New()

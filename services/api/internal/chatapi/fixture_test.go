@@ -33,9 +33,9 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 
 const testSecret = "test-secret-test-secret-test-secret-0123"
 
-// api is a running api service: real Postgres, in-process NATS, the real
+// fixture is a running api service: real Postgres, in-process NATS, the real
 // HTTP gateway on a local port.
-type api struct {
+type fixture struct {
 	t       testing.TB
 	base    string
 	pool    *pgxpool.Pool
@@ -52,7 +52,7 @@ type user struct {
 
 type apiOption func(*chatapi.AppConfig)
 
-func startAPI(t testing.TB, opts ...apiOption) *api {
+func setup(t testing.TB, opts ...apiOption) *fixture {
 	t.Helper()
 	dbURL := dbtest.NewDatabase(t)
 	natsURL := natstest.URL(t)
@@ -85,7 +85,7 @@ func startAPI(t testing.TB, opts ...apiOption) *api {
 	pool := dbtest.NewPoolOn(t, dbURL, dbpool.Options{MaxConns: 32})
 	signer, err := auth.NewSigner([]byte(testSecret))
 	require.NoError(t, err)
-	a := &api{
+	a := &fixture{
 		t: t, base: "http://" + hlis.Addr().String(), pool: pool,
 		nc: natstest.Connect(t, natsURL), signer: signer,
 		machine: chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(natstest.Connect(t, natsURL), nil).AfterCommit}),
@@ -102,7 +102,7 @@ func startAPI(t testing.TB, opts ...apiOption) *api {
 	return a
 }
 
-func (a *api) newUser() user {
+func (a *fixture) newUser() user {
 	u := user{id: uuid.New(), org: uuid.New()}
 	tok, err := a.signer.Sign(auth.Claims{UserID: u.id, OrganizationID: u.org}, time.Hour)
 	require.NoError(a.t, err)
@@ -132,7 +132,7 @@ func (r response) str(path ...string) string {
 }
 
 // call sends a request as u (no Authorization header when token is "").
-func (a *api) call(method, path, token string, body any) response {
+func (a *fixture) call(method, path, token string, body any) response {
 	a.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
@@ -169,7 +169,7 @@ func textContent(s string) []map[string]any {
 }
 
 // createChat creates a chat as the default user and returns its ID.
-func (a *api) createChat(content string) uuid.UUID {
+func (a *fixture) createChat(content string) uuid.UUID {
 	a.t.Helper()
 	body := map[string]any{"dynamic_tools": []map[string]any{{"name": "ask_user", "description": "ask", "input_schema": map[string]any{"type": "object"}}}}
 	if content != "" {
@@ -181,7 +181,7 @@ func (a *api) createChat(content string) uuid.UUID {
 }
 
 // snapshot reads a chat's committed state.
-func (a *api) snapshot(id uuid.UUID) chatstate.Snapshot {
+func (a *fixture) snapshot(id uuid.UUID) chatstate.Snapshot {
 	a.t.Helper()
 	s, err := a.machine.Get(context.Background(), id)
 	require.NoError(a.t, err)
@@ -189,7 +189,7 @@ func (a *api) snapshot(id uuid.UUID) chatstate.Snapshot {
 }
 
 // worker applies transitions as a worker would.
-func (a *api) worker(id uuid.UUID, fn func(ctx context.Context, tx *chatstate.Tx) error) {
+func (a *fixture) worker(id uuid.UUID, fn func(ctx context.Context, tx *chatstate.Tx) error) {
 	a.t.Helper()
 	ctx := context.Background()
 	_, err := a.machine.Update(ctx, id, func(tx *chatstate.Tx) error { return fn(ctx, tx) })
@@ -203,7 +203,7 @@ type updates struct {
 	note chan struct{}
 }
 
-func (a *api) watch(id uuid.UUID) *updates {
+func (a *fixture) watch(id uuid.UUID) *updates {
 	a.t.Helper()
 	u := &updates{note: make(chan struct{}, 1000)}
 	sub, err := notify.SubscribeUpdates(a.nc, id, func(n *chatdv1.ChatUpdateNotification) {
