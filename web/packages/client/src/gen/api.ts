@@ -666,6 +666,17 @@ export interface components {
              */
             headers?: Record<string, never>;
             name?: string;
+            /**
+             * @description See McpServer.tool_effect_policies: an object of tool name (or "*") to
+             *     "retry" or "never_retry".
+             */
+            tool_effect_policies?: Record<string, never>;
+            /**
+             * Format: int32
+             * @description See McpServer.tool_timeout_seconds: 1 to 86400; 0 or unset: the
+             *     worker's default.
+             */
+            tool_timeout_seconds?: number;
             url?: string;
         };
         CreateMcpServerResponse: {
@@ -856,6 +867,24 @@ export interface components {
              */
             name?: string;
             organization_id?: string;
+            /**
+             * @description The operator's override of the effect policy of the server's tools: a
+             *     tool's name (as the server names it), or "*" for every tool without an
+             *     entry, to "retry" (run again, with the same idempotency key, a call
+             *     whose worker died before its result was stored) or "never_retry"
+             *     (answer such a call with an "interrupted" error result). A tool with
+             *     no entry follows its annotations: retry when readOnlyHint or
+             *     idempotentHint is true, never_retry otherwise.
+             */
+            tool_effect_policies?: {
+                [key: string]: string;
+            };
+            /**
+             * Format: int32
+             * @description The deadline of one call to the server's tools, in seconds; 0: the
+             *     worker's CHATD_TOOL_TIMEOUT.
+             */
+            tool_timeout_seconds?: number;
             /** Format: date-time */
             updated_at?: string;
             /** @description The streamable HTTP endpoint (http or https). */
@@ -904,6 +933,12 @@ export interface components {
             file_id?: string;
             /** @description hook-notice: the lifecycle event whose hook returned it, e.g. "stop". */
             hook?: string;
+            /**
+             * @description tool-call: the same for every execution of the call, across re-runs
+             *     after a crash (docs/tools.md); a client tool recognizes a repeated
+             *     call by it. Unset on calls stored before keys were.
+             */
+            idempotency_key?: string;
             /** @description tool-result: whether the tool failed; always set on a tool-result part. */
             is_error?: boolean;
             /** @description file: the file's media type, e.g. "image/png". */
@@ -1159,6 +1194,14 @@ export interface components {
             /** @description When set, replaces every stored header; {} removes them all. */
             headers?: Record<string, never>;
             name?: string;
+            /** @description When set, replaces every stored policy override; {} removes them all. */
+            tool_effect_policies?: Record<string, never>;
+            /**
+             * Format: int32
+             * @description When set, replaces the call deadline; 0 removes it (the worker's
+             *     default applies).
+             */
+            tool_timeout_seconds?: number;
             url?: string;
         };
         UpdateMcpServerResponse: {
