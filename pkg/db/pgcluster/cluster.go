@@ -29,7 +29,7 @@ type Cluster struct {
 	URL string
 	// Port is the server's port on 127.0.0.1.
 	Port int
-	run func(name string, args ...string) *exec.Cmd
+	run  func(name string, args ...string) *exec.Cmd
 	// settings are the server's -o options (its port among them), kept so
 	// Start can bring a stopped server back on the same address.
 	settings string
