@@ -123,6 +123,7 @@ func (m *Manager) HeartbeatOnce(ctx context.Context) (HeartbeatResult, error) {
 		}
 		res.CleanedUp = append(res.CleanedUp, k)
 		m.cfg.Log.Info("lease not renewed; cleaning up runner", "chat_id", k.ChatID.String(), "runner_id", k.RunnerID.String())
+		m.markLapsed(k)
 		m.RequestCleanup(k.ChatID, k.RunnerID)
 	}
 	return res, nil

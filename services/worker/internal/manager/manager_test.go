@@ -135,7 +135,9 @@ func TestHeartbeat(t *testing.T) {
 
 		require.True(t, b.heartbeat(t, fresh, rFresh.Spec.RunnerID).After(freshAt))
 		require.True(t, b.heartbeat(t, stale, rStale.Spec.RunnerID).Equal(staleAt), "a stale lease is never renewed")
-		for _, id := range ids {
+		// stale is released once its runner stops (a transition); the
+		// others are as the heartbeat left them.
+		for _, id := range []uuid.UUID{fresh, moved} {
 			require.Equal(t, versions[id], b.chat(t, id).SnapshotVersion, "heartbeats do not bump snapshot_version")
 		}
 		waitDone(t, rStale)
@@ -146,6 +148,44 @@ func TestHeartbeat(t *testing.T) {
 			t.Fatal("a renewed runner was cleaned up")
 		default:
 		}
+	})
+
+	t.Run("a runner given up for a lapsed lease releases its chat", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, manager.Config{})
+		ids := b.tenant.Chats(t, b.pool, 2, "running", nil)
+		lapsed, movedOn := ids[0], ids[1]
+		r := b.own(t, lapsed, uuid.New())
+		rMoved := b.own(t, movedOn, uuid.New())
+		ctx := context.Background()
+		// The heartbeat could not reach the database for a lease.
+		_, err := b.pool.Exec(ctx, `UPDATE chat_heartbeats SET heartbeat_at = now() - interval '31 seconds' WHERE chat_id = ANY($1::uuid[])`, ids)
+		require.NoError(t, err)
+		// Another worker took movedOn over meanwhile: its chat is not ours
+		// to release.
+		other := uuid.New()
+		_, err = b.pool.Exec(ctx, `UPDATE chats SET worker_id = $2, runner_id = $3 WHERE id = $1`, movedOn, uuid.New(), other)
+		require.NoError(t, err)
+
+		res, err := b.mgr.HeartbeatOnce(ctx)
+		require.NoError(t, err)
+		require.Len(t, res.CleanedUp, 2)
+		waitDone(t, r)
+		waitDone(t, rMoved)
+		for range 2 {
+			select {
+			case <-b.exits:
+			case <-time.After(waitFor):
+				t.Fatal("no exit reported")
+			}
+		}
+		// OnExit comes after the release: the acquisition pass it wakes
+		// finds the chat unowned.
+		c := b.chat(t, lapsed)
+		require.Nil(t, c.WorkerID, "the chat of a runner that gave up is released, not left to a stale lease")
+		require.Nil(t, c.RunnerID)
+		require.Equal(t, "running", string(c.Status), "still runnable: another runner takes it")
+		require.Equal(t, other, *b.chat(t, movedOn).RunnerID, "the release is fenced on the runner")
 	})
 
 	t.Run("a failed tick cleans up nothing", func(t *testing.T) {
