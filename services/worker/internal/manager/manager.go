@@ -84,6 +84,10 @@ type entry struct {
 	done   chan struct{} // closed when Run returned
 	// cleaning is set once a cleanup request cancelled the runner.
 	cleaning bool
+	// renewedAt is when the runner's lease was last known renewed: its
+	// spawn (Acquire committed just before), then the start of each tick
+	// that renewed it. The lease cannot lapse before renewedAt + lease.
+	renewedAt time.Time
 }
 
 // Manager is the runner manager. Create it with New, run it with Run.
@@ -311,7 +315,7 @@ func (m *Manager) spawn(ctx context.Context, spec runner.Spec) {
 		return
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	e := &entry{r: m.cfg.Factory(m.deps, spec), cancel: cancel, done: make(chan struct{})}
+	e := &entry{r: m.cfg.Factory(m.deps, spec), cancel: cancel, done: make(chan struct{}), renewedAt: m.cfg.Clock.Now()}
 	rs[spec.RunnerID] = e
 	go func() {
 		defer close(e.done)

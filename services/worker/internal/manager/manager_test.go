@@ -188,6 +188,42 @@ func TestHeartbeat(t *testing.T) {
 		require.Equal(t, other, *b.chat(t, movedOn).RunnerID, "the release is fenced on the runner")
 	})
 
+	t.Run("cut off from the database, runners stop before the lease lapses", func(t *testing.T) {
+		t.Parallel()
+		// The heartbeat's pool reaches no server: every tick fails.
+		dead, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/chatd?sslmode=disable&connect_timeout=1")
+		require.NoError(t, err)
+		t.Cleanup(dead.Close)
+		b := setup(t, manager.Config{HeartbeatPool: dead})
+		id := b.tenant.Chats(t, b.pool, 1, "running", nil)[0]
+		r := b.own(t, id, uuid.New())
+		ctx := context.Background()
+
+		// Two ticks' worth of time: the lease (30 s) has room for another
+		// tick (10 s at most), so the runner goes on.
+		b.clock.Advance(18 * time.Second)
+		res, err := b.mgr.HeartbeatOnce(ctx)
+		require.Error(t, err)
+		require.Empty(t, res.CleanedUp)
+		select {
+		case <-r.Done():
+			t.Fatal("a runner stopped with the lease still good for another tick")
+		default:
+		}
+
+		// Past lease − tick timeout − 1 s: the next tick could not renew
+		// in time. The runner stops while the lease still holds.
+		b.clock.Advance(2 * time.Second)
+		res, err = b.mgr.HeartbeatOnce(ctx)
+		require.Error(t, err)
+		require.Equal(t, []manager.Key{{ChatID: id, RunnerID: r.Spec.RunnerID}}, res.CleanedUp)
+		waitDone(t, r)
+		require.Eventually(t, func() bool { return len(b.mgr.Runners()) == 0 }, waitFor, tick)
+		// The runners' pool reaches the database here: the chat is released
+		// for another worker.
+		require.Eventually(t, func() bool { return b.chat(t, id).WorkerID == nil }, waitFor, tick)
+	})
+
 	t.Run("a failed tick cleans up nothing", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, manager.Config{LockTimeout: 50 * time.Millisecond})
