@@ -119,12 +119,15 @@ func TestTurnsThroughPgBouncer(t *testing.T) {
 // BenchmarkTurnsThroughPgBouncer is the load benchmark twice in one run:
 // the four services on Postgres directly, then through PgBouncer in
 // transaction mode (default_query_exec_mode=exec), each for b.N turns
-// over CHATD_BENCH_CHATS chats (default 50). It reports turns/s and the
+// over CHATD_BENCH_CHATS chats (default 50), with
+// CHATD_BENCH_PGBOUNCER_POOL server connections. It reports turns/s and the
 // turn time p50 of both. Run it with a fixed count, e.g.
 // -benchtime=1000x.
 func BenchmarkTurnsThroughPgBouncer(b *testing.B) {
 	chats := envInt("CHATD_BENCH_CHATS", 50)
-	direct, bounced := throughPgBouncer(b, 0)
+	// PgBouncer's server connections (CHATD_BENCH_PGBOUNCER_POOL, default
+	// 100): at least what the services' pools hold at once.
+	direct, bounced := throughPgBouncer(b, envInt("CHATD_BENCH_PGBOUNCER_POOL", 100))
 	run := func(name, url string) *loadgen.Report {
 		s := stacktest.StartWith(b, stacktest.Options{Streams: 1, DatabaseURL: url, WorkerEnv: []string{"CHATD_MAX_ROOT_CHATS=0"}})
 		rep, err := loadgen.Run(context.Background(), loadgen.Config{
@@ -135,7 +138,7 @@ func BenchmarkTurnsThroughPgBouncer(b *testing.B) {
 			b.Fatalf("%s: %v\n%s", name, err, s.Stderr())
 		}
 		if rep.Failed > 0 {
-			b.Errorf("%s: %d of %d turns failed: %+v", name, rep.Failed, rep.Turns, rep.Errors)
+			b.Errorf("%s: %d of %d turns failed: %+v\n%s", name, rep.Failed, rep.Turns, rep.Errors, s.Stderr())
 		}
 		return rep
 	}
