@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -72,4 +73,18 @@ func (demotedEviction) TraceBatchEnd(_ context.Context, conn *pgx.Conn, data pgx
 // another) for a connection demotedEviction marked.
 func discardReadOnly(_ context.Context, conn *pgx.Conn) (bool, error) {
 	return conn.PgConn().CustomData()[readOnlyKey] != true, nil
+}
+
+// registerUUIDs tells a session's type map which Postgres types the uuid
+// package's values are. The default query mode learns a statement's
+// parameter types from the server; default_query_exec_mode=exec (the
+// setting PgBouncer before 1.21 needs) sends none, and pgx must infer them
+// from the Go values: without this, a []uuid.UUID argument (every
+// ANY($1::uuid[]) of the services) fails to encode.
+func registerUUIDs(_ context.Context, conn *pgx.Conn) error {
+	tm := conn.TypeMap()
+	tm.RegisterDefaultPgType(uuid.UUID{}, "uuid")
+	tm.RegisterDefaultPgType(&uuid.UUID{}, "uuid")
+	tm.RegisterDefaultPgType([]uuid.UUID{}, "_uuid")
+	return nil
 }

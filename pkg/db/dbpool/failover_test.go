@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/db/dbpool"
+	"github.com/chatd/chatd/pkg/db/dbtest"
 	"github.com/chatd/chatd/pkg/db/pgcluster"
 )
 
@@ -129,4 +131,17 @@ func TestPoolSkipsAHostThatDoesNotAnswer(t *testing.T) {
 	port, err := serverPort(ctx, pool)
 	require.NoError(t, err, "the pool reaches the host that answers within the acquire deadline")
 	require.Equal(t, b.Port, port)
+}
+
+// TestExecModeEncodesUUIDArrays: with default_query_exec_mode=exec (what
+// PgBouncer before 1.21 needs) pgx learns no parameter types from the
+// server; the services' []uuid.UUID and uuid.UUID arguments still encode.
+func TestExecModeEncodesUUIDArrays(t *testing.T) {
+	t.Parallel()
+	u := withParam(dbtest.NewDatabase(t), "default_query_exec_mode=exec")
+	pool := newPool(t, u, dbpool.Settings{}, dbpool.Options{})
+	ids := []uuid.UUID{uuid.New(), uuid.New()}
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM unnest($1::uuid[]) AS u WHERE u <> $2::uuid", ids, ids[0]).Scan(&n))
+	require.Equal(t, 1, n)
 }

@@ -61,6 +61,7 @@ func Config(connString string, s Settings, o Options) (*pgxpool.Config, error) {
 	}
 	cfg.PingTimeout = PingTimeout
 	cfg.PrepareConn = discardReadOnly
+	cfg.AfterConnect = registerUUIDs
 	tracers := []pgx.QueryTracer{acquireDeadline{timeout: s.AcquireTimeout}, demotedEviction{}}
 	if o.Tracer != nil {
 		tracers = append(tracers, o.Tracer)
