@@ -212,6 +212,9 @@ func faultCluster(t *testing.T) faultDB {
 // refused connection, a 5xx, a 429. A 4xx other than 429 is an answer.
 type faultClient struct {
 	base, token string
+	// observe, when set, sees every answer's status and headers (the
+	// failover test's ledger).
+	observe func(method, path string, status int, header http.Header)
 }
 
 // try sends the request until it is answered with a 2xx (decoding the body
@@ -258,6 +261,9 @@ func (c *faultClient) once(ctx context.Context, method, path, body string) (int,
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
+	if c.observe != nil {
+		c.observe(method, path, resp.StatusCode, resp.Header)
+	}
 	raw, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, raw, err
 }

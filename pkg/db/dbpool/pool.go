@@ -57,16 +57,19 @@ func Config(connString string, s Settings, o Options) (*pgxpool.Config, error) {
 		setDefault(params, "application_name", o.ApplicationName)
 	}
 	if cfg.ConnConfig.ConnectTimeout <= 0 {
-		cfg.ConnConfig.ConnectTimeout = s.AcquireTimeout
+		cfg.ConnConfig.ConnectTimeout = min(DefaultConnectTimeout, s.AcquireTimeout)
 	}
-	var tracer pgx.QueryTracer = acquireDeadline{timeout: s.AcquireTimeout}
+	cfg.PingTimeout = PingTimeout
+	cfg.PrepareConn = discardReadOnly
+	cfg.AfterConnect = registerUUIDs
+	tracers := []pgx.QueryTracer{acquireDeadline{timeout: s.AcquireTimeout}, demotedEviction{}}
 	if o.Tracer != nil {
-		tracer = multitracer.New(tracer, o.Tracer)
+		tracers = append(tracers, o.Tracer)
 	}
 	if timeline.QueriesEnabled() {
-		tracer = multitracer.New(tracer, timelineQueries{})
+		tracers = append(tracers, timelineQueries{})
 	}
-	cfg.ConnConfig.Tracer = tracer
+	cfg.ConnConfig.Tracer = multitracer.New(tracers...)
 	return cfg, nil
 }
 

@@ -27,7 +27,9 @@ type Cluster struct {
 	Dir string
 	// URL is the superuser's connection URL (database postgres, trust auth).
 	URL string
-	run func(name string, args ...string) *exec.Cmd
+	// Port is the server's port on 127.0.0.1.
+	Port int
+	run  func(name string, args ...string) *exec.Cmd
 	// settings are the server's -o options (its port among them), kept so
 	// Start can bring a stopped server back on the same address.
 	settings string
@@ -51,6 +53,11 @@ type Options struct {
 	// time: CREATE EXTENSION pg_stat_statements in a database to read it.
 	// The library comes with Debian's postgresql package.
 	TrackStatements bool
+	// SynchronousStandby, when set, is the application_name of a standby
+	// every commit waits for (synchronous_standby_names, with
+	// synchronous_commit on even on a throwaway cluster): a commit the
+	// server acknowledged is on the standby too (StartStandby).
+	SynchronousStandby string
 }
 
 // Start starts the cluster in dir, creating it with initdb when dir/data
@@ -58,6 +65,20 @@ type Options struct {
 // in dir by a process that died is stopped first. As root the cluster runs
 // as the postgres user (initdb refuses root), so dir is chowned to it.
 func Start(dir string, opts Options) (c *Cluster, err error) {
+	return start(dir, opts, func(run func(string, ...string) *exec.Cmd, data string) error {
+		// A fixed locale keeps initdb independent of the caller's
+		// LANG/LC_* (an uninstalled locale makes it fail) while the
+		// encoding stays UTF8.
+		if out, err := run(Bin("initdb"), "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "--encoding=UTF8", "--locale=C").CombinedOutput(); err != nil {
+			return fmt.Errorf("initdb: %v: %s", err, out)
+		}
+		return nil
+	})
+}
+
+// start is Start with create making the data directory when dir holds
+// none (initdb, or a base backup of a primary).
+func start(dir string, opts Options, create func(run func(string, ...string) *exec.Cmd, data string) error) (c *Cluster, err error) {
 	initdb, pgCtl := Bin("initdb"), Bin("pg_ctl")
 	for _, bin := range []string{initdb, pgCtl} {
 		if _, err := os.Stat(bin); err != nil {
@@ -73,11 +94,8 @@ func Start(dir string, opts Options) (c *Cluster, err error) {
 	}
 	data := filepath.Join(dir, "data")
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
-		// A fixed locale keeps initdb independent of the caller's
-		// LANG/LC_* (an uninstalled locale makes it fail) while the
-		// encoding stays UTF8.
-		if out, err := run(initdb, "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "--encoding=UTF8", "--locale=C").CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("initdb: %v: %s", err, out)
+		if err := create(run, data); err != nil {
+			return nil, err
 		}
 	} else if run(pgCtl, "-D", data, "status").Run() == nil {
 		// Left running by a process that died: its port is unknown to us.
@@ -104,11 +122,18 @@ func Start(dir string, opts Options) (c *Cluster, err error) {
 	if opts.TrackStatements {
 		settings += " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
 	}
-	if !opts.Durable {
+	switch {
+	case opts.SynchronousStandby != "":
+		settings += " -c synchronous_commit=on -c synchronous_standby_names=" + opts.SynchronousStandby
+		if !opts.Durable {
+			settings += " -c fsync=off -c full_page_writes=off"
+		}
+	case !opts.Durable:
 		settings += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
 	}
 	c = &Cluster{
 		Dir:         dir,
+		Port:        port,
 		URL:         fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port),
 		run:         run,
 		settings:    settings,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -77,7 +78,9 @@ type HeartbeatResult struct {
 // limiter lock it renews the lease of every registered runner that still
 // holds a fresh one, then cleans up every runner whose lease was not
 // renewed. The tick is bounded by HeartbeatTimeout and its lock wait by
-// LockTimeout; a tick that fails renews nothing and cleans up nothing.
+// LockTimeout. A tick that fails renews nothing, and cleans up only the
+// runners whose lease would lapse before the next tick could renew it
+// (stopExpiring): the result's CleanedUp lists them.
 func (m *Manager) HeartbeatOnce(ctx context.Context) (HeartbeatResult, error) {
 	var res HeartbeatResult
 	keys := m.Runners()
@@ -92,6 +95,8 @@ func (m *Manager) HeartbeatOnce(ctx context.Context) (HeartbeatResult, error) {
 		chatIDs[i], runnerIDs[i] = k.ChatID, k.RunnerID
 	}
 	renewed := make(map[Key]bool, len(keys))
+	// Postgres stamps the renewal after this instant.
+	started := m.cfg.Clock.Now()
 	err := pgx.BeginFunc(ctx, m.cfg.HeartbeatPool, func(tx pgx.Tx) error {
 		if err := acquire.LockLimiter(ctx, queries.New(tx), m.cfg.LockTimeout); err != nil {
 			return err
@@ -112,8 +117,10 @@ func (m *Manager) HeartbeatOnce(ctx context.Context) (HeartbeatResult, error) {
 	})
 	if err != nil {
 		m.countLeases(LeaseFailed, len(keys))
-		return HeartbeatResult{}, fmt.Errorf("heartbeat tick for %d runners: %w", len(keys), err)
+		res.CleanedUp = m.stopExpiring()
+		return res, fmt.Errorf("heartbeat tick for %d runners: %w", len(keys), err)
 	}
+	m.setRenewed(renewed, started)
 	m.countLeases(LeaseRenewed, len(renewed))
 	m.countLeases(LeaseLapsed, len(keys)-len(renewed))
 	for _, k := range keys {
@@ -123,6 +130,7 @@ func (m *Manager) HeartbeatOnce(ctx context.Context) (HeartbeatResult, error) {
 		}
 		res.CleanedUp = append(res.CleanedUp, k)
 		m.cfg.Log.Info("lease not renewed; cleaning up runner", "chat_id", k.ChatID.String(), "runner_id", k.RunnerID.String())
+		m.markLapsed(k)
 		m.RequestCleanup(k.ChatID, k.RunnerID)
 	}
 	return res, nil
@@ -179,4 +187,45 @@ func (m *Manager) Unregister(ctx context.Context) error {
 		return nil
 	}
 	return wrap("unregistering worker", err)
+}
+
+// setRenewed records that the runners in renewed had their lease renewed
+// by a tick that started at started.
+func (m *Manager) setRenewed(renewed map[Key]bool, started time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range renewed {
+		if e := m.runners[k.ChatID][k.RunnerID]; e != nil {
+			e.renewedAt = started
+		}
+	}
+}
+
+// stopExpiring cleans up, after a failed tick, every runner whose lease
+// could lapse before another tick, bounded by HeartbeatTimeout, can
+// renew it: renewed last more than lease − HeartbeatTimeout − 1 s ago. A worker cut off from Postgres thus stops its runners (their model
+// streams and tools) while it still holds their leases, before another
+// worker can take the chats over: no model call runs on two workers at
+// once, and nothing the cut-off worker would commit later lands (its
+// writes are fenced on the runner ID anyway). The chats are released
+// once the database answers, or lapse to the other workers.
+func (m *Manager) stopExpiring() []Key {
+	now := m.cfg.Clock.Now()
+	threshold := m.cfg.Lease - m.cfg.HeartbeatTimeout - time.Second
+	var stop []Key
+	m.mu.Lock()
+	for chatID, rs := range m.runners {
+		for runnerID, e := range rs {
+			if !e.cleaning && now.Sub(e.renewedAt) >= threshold {
+				stop = append(stop, Key{ChatID: chatID, RunnerID: runnerID})
+			}
+		}
+	}
+	m.mu.Unlock()
+	for _, k := range stop {
+		m.cfg.Log.Warn("lease about to lapse without a heartbeat; stopping runner", "chat_id", k.ChatID.String(), "runner_id", k.RunnerID.String())
+		m.markLapsed(k)
+		m.RequestCleanup(k.ChatID, k.RunnerID)
+	}
+	return stop
 }

@@ -84,6 +84,10 @@ type entry struct {
 	done   chan struct{} // closed when Run returned
 	// cleaning is set once a cleanup request cancelled the runner.
 	cleaning bool
+	// renewedAt is when the runner's lease was last known renewed: its
+	// spawn (Acquire committed just before), then the start of each tick
+	// that renewed it. The lease cannot lapse before renewedAt + lease.
+	renewedAt time.Time
 }
 
 // Manager is the runner manager. Create it with New, run it with Run.
@@ -101,6 +105,9 @@ type Manager struct {
 	// heartbeat loops read it.
 	mu      sync.RWMutex
 	runners map[uuid.UUID]map[uuid.UUID]*entry
+	// lapsed are the runners given up because their lease lapsed: once
+	// one has stopped, its chat is released (releaseLapsed).
+	lapsed map[Key]bool
 
 	exits sync.WaitGroup // OnExit calls in flight
 
@@ -161,6 +168,7 @@ func New(pool *pgxpool.Pool, deps runner.Deps, cfg Config) *Manager {
 		completeCh:  make(chan Key),
 		stopped:     make(chan struct{}),
 		runners:     make(map[uuid.UUID]map[uuid.UUID]*entry),
+		lapsed:      make(map[Key]bool),
 		realRunners: realRunners,
 	}
 	deps.RequestCleanup = m.RequestCleanup
@@ -307,7 +315,7 @@ func (m *Manager) spawn(ctx context.Context, spec runner.Spec) {
 		return
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	e := &entry{r: m.cfg.Factory(m.deps, spec), cancel: cancel, done: make(chan struct{})}
+	e := &entry{r: m.cfg.Factory(m.deps, spec), cancel: cancel, done: make(chan struct{}), renewedAt: m.cfg.Clock.Now()}
 	rs[spec.RunnerID] = e
 	go func() {
 		defer close(e.done)
@@ -352,18 +360,27 @@ func (m *Manager) complete(k Key) {
 			delete(m.runners, k.ChatID)
 		}
 	}
+	lapsed := m.lapsed[k]
+	delete(m.lapsed, k)
 	m.mu.Unlock()
-	m.exited(k)
+	m.exited(k, lapsed)
 }
 
-func (m *Manager) exited(k Key) {
-	if m.cfg.OnExit == nil {
+// exited reports a stopped runner (OnExit); a runner given up for a
+// lapsed lease first releases its chat.
+func (m *Manager) exited(k Key, lapsed bool) {
+	if m.cfg.OnExit == nil && !lapsed {
 		return
 	}
 	m.exits.Add(1)
 	go func() {
 		defer m.exits.Done()
-		m.cfg.OnExit(k)
+		if lapsed {
+			m.releaseLapsed(k)
+		}
+		if m.cfg.OnExit != nil {
+			m.cfg.OnExit(k)
+		}
 	}()
 }
 
@@ -379,6 +396,9 @@ func (m *Manager) drainAll() {
 			<-e.done
 		}
 	}
+	m.mu.Lock()
+	clear(m.lapsed)
+	m.mu.Unlock()
 }
 
 // tick runs fn every interval until ctx ends.

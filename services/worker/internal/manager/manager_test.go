@@ -135,7 +135,9 @@ func TestHeartbeat(t *testing.T) {
 
 		require.True(t, b.heartbeat(t, fresh, rFresh.Spec.RunnerID).After(freshAt))
 		require.True(t, b.heartbeat(t, stale, rStale.Spec.RunnerID).Equal(staleAt), "a stale lease is never renewed")
-		for _, id := range ids {
+		// stale is released once its runner stops (a transition); the
+		// others are as the heartbeat left them.
+		for _, id := range []uuid.UUID{fresh, moved} {
 			require.Equal(t, versions[id], b.chat(t, id).SnapshotVersion, "heartbeats do not bump snapshot_version")
 		}
 		waitDone(t, rStale)
@@ -146,6 +148,81 @@ func TestHeartbeat(t *testing.T) {
 			t.Fatal("a renewed runner was cleaned up")
 		default:
 		}
+	})
+
+	t.Run("a runner given up for a lapsed lease releases its chat", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, manager.Config{})
+		ids := b.tenant.Chats(t, b.pool, 2, "running", nil)
+		lapsed, movedOn := ids[0], ids[1]
+		r := b.own(t, lapsed, uuid.New())
+		rMoved := b.own(t, movedOn, uuid.New())
+		ctx := context.Background()
+		// The heartbeat could not reach the database for a lease.
+		_, err := b.pool.Exec(ctx, `UPDATE chat_heartbeats SET heartbeat_at = now() - interval '31 seconds' WHERE chat_id = ANY($1::uuid[])`, ids)
+		require.NoError(t, err)
+		// Another worker took movedOn over meanwhile: its chat is not ours
+		// to release.
+		other := uuid.New()
+		_, err = b.pool.Exec(ctx, `UPDATE chats SET worker_id = $2, runner_id = $3 WHERE id = $1`, movedOn, uuid.New(), other)
+		require.NoError(t, err)
+
+		res, err := b.mgr.HeartbeatOnce(ctx)
+		require.NoError(t, err)
+		require.Len(t, res.CleanedUp, 2)
+		waitDone(t, r)
+		waitDone(t, rMoved)
+		for range 2 {
+			select {
+			case <-b.exits:
+			case <-time.After(waitFor):
+				t.Fatal("no exit reported")
+			}
+		}
+		// OnExit comes after the release: the acquisition pass it wakes
+		// finds the chat unowned.
+		c := b.chat(t, lapsed)
+		require.Nil(t, c.WorkerID, "the chat of a runner that gave up is released, not left to a stale lease")
+		require.Nil(t, c.RunnerID)
+		require.Equal(t, "running", string(c.Status), "still runnable: another runner takes it")
+		require.Equal(t, other, *b.chat(t, movedOn).RunnerID, "the release is fenced on the runner")
+	})
+
+	t.Run("cut off from the database, runners stop before the lease lapses", func(t *testing.T) {
+		t.Parallel()
+		// The heartbeat's pool reaches no server: every tick fails.
+		dead, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/chatd?sslmode=disable&connect_timeout=1")
+		require.NoError(t, err)
+		t.Cleanup(dead.Close)
+		// The loop's own ticks are out of the way: the test ticks.
+		b := setup(t, manager.Config{HeartbeatPool: dead, HeartbeatInterval: time.Hour})
+		id := b.tenant.Chats(t, b.pool, 1, "running", nil)[0]
+		r := b.own(t, id, uuid.New())
+		ctx := context.Background()
+
+		// Two ticks' worth of time: the lease (30 s) has room for another
+		// tick (10 s at most), so the runner goes on.
+		b.clock.Advance(18 * time.Second)
+		res, err := b.mgr.HeartbeatOnce(ctx)
+		require.Error(t, err)
+		require.Empty(t, res.CleanedUp)
+		select {
+		case <-r.Done():
+			t.Fatal("a runner stopped with the lease still good for another tick")
+		default:
+		}
+
+		// Past lease − tick timeout − 1 s: the next tick could not renew
+		// in time. The runner stops while the lease still holds.
+		b.clock.Advance(2 * time.Second)
+		res, err = b.mgr.HeartbeatOnce(ctx)
+		require.Error(t, err)
+		require.Equal(t, []manager.Key{{ChatID: id, RunnerID: r.Spec.RunnerID}}, res.CleanedUp)
+		waitDone(t, r)
+		require.Eventually(t, func() bool { return len(b.mgr.Runners()) == 0 }, waitFor, tick)
+		// The runners' pool reaches the database here: the chat is released
+		// for another worker.
+		require.Eventually(t, func() bool { return b.chat(t, id).WorkerID == nil }, waitFor, tick)
 	})
 
 	t.Run("a failed tick cleans up nothing", func(t *testing.T) {
