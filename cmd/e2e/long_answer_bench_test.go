@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,7 +24,10 @@ import (
 func BenchmarkLongAnswerOneWatcher(b *testing.B) {
 	workerMetrics, relayMetrics := servicetest.FreeAddr(b), servicetest.FreeAddr(b)
 	st := stacktest.StartWith(b, stacktest.Options{
-		Streams:   1,
+		Streams: 1,
+		// CHATD_BENCH_SERVICE_ENV: more settings for the services, "K=V K=V"
+		// (CHATD_CPU_PROFILE=<dir> for their CPU profiles).
+		Env:       strings.Fields(os.Getenv("CHATD_BENCH_SERVICE_ENV")),
 		WorkerEnv: []string{"CHATD_METRICS_ADDR=" + workerMetrics},
 		RelayEnv:  []string{"CHATD_METRICS_ADDR=" + relayMetrics},
 	})
