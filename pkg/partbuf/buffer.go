@@ -5,8 +5,9 @@
 // subscriptions.
 //
 // Storing parts is best-effort and bounded: each episode holds at most
-// Options.MaxEpisodeBytes of parts, a closed episode is dropped some time
-// after it closes, and a subscriber that stops reading is cut off.
+// Options.MaxEpisodeBytes of content (consecutive text and reasoning deltas
+// coalesced, see Log), a closed episode is dropped some time after it
+// closes, and a subscriber that stops reading is cut off.
 //
 // Only the worker binary holds a buffer. It lives in pkg, not under
 // services/worker, because the relay's tests run real buffers behind
