@@ -20,6 +20,10 @@ func BenchmarkConcurrentTurns(b *testing.B) {
 	chats := envInt("CHATD_BENCH_CHATS", 200)
 	workerMetrics, relayMetrics := servicetest.FreeAddr(b), servicetest.FreeAddr(b)
 	s := stacktest.StartWith(b, stacktest.Options{Streams: 1,
+		// As the capacity runs: no deployment-wide running-chat limits (the
+		// default admits 5 root chats) and no cap on one user's streams
+		// (the default, 100, refuses a 200-chat run's 101st).
+		Env:       []string{"CHATD_MAX_ROOT_CHATS=0", "CHATD_MAX_SUBAGENT_CHATS=0", "CHATD_STREAM_MAX_PER_USER=0"},
 		WorkerEnv: []string{"CHATD_METRICS_ADDR=" + workerMetrics},
 		RelayEnv:  []string{"CHATD_METRICS_ADDR=" + relayMetrics},
 	})
