@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -32,8 +33,9 @@ func benchChats(b *testing.B) int {
 // (must be 0), the worst heartbeat age seen, and heap per runner: as the
 // worker's go_memstats_heap_inuse_bytes reads at the end (heap-KiB/runner)
 // and after a collection (heap-live-KiB/runner). Run with -benchtime 1x;
-// CHATD_BENCH_CHATS sets N; -memprofile writes the heap profile (the
-// worker runs in the benchmark's process).
+// CHATD_BENCH_CHATS sets N; CHATD_BENCH_HEAP_PROFILE=<file> writes the heap
+// profile while the chats are held (the worker runs in the benchmark's
+// process).
 func BenchmarkHeldStreamingChats(b *testing.B) {
 	n := benchChats(b)
 	e := newE2E(b)
@@ -121,6 +123,18 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 		runtime.GC()
 		var live runtime.MemStats
 		runtime.ReadMemStats(&live)
+		// CHATD_BENCH_HEAP_PROFILE: where the held chats' heap goes, while
+		// they are held (go tool pprof -sample_index=inuse_space -top).
+		if path := os.Getenv("CHATD_BENCH_HEAP_PROFILE"); path != "" {
+			f, err := os.Create(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+				b.Fatal(err)
+			}
+			_ = f.Close()
+		}
 		b.ReportMetric(float64(n), "chats-held")
 		b.ReportMetric(float64(lapsed), "leases-lapsed")
 		b.ReportMetric(worstAge.Seconds(), "worst-heartbeat-age-s")
