@@ -44,8 +44,10 @@ func runBench(ctx context.Context, e *env, args []string) int {
 	turnTimeout := fs.Duration("turn-timeout", 60*time.Second, "How long one turn may take, POST to idle.")
 	jsonOut := fs.Bool("json", false, "Print the report as JSON on standard output.")
 	quiet := fs.Bool("quiet", false, "No progress lines on standard error.")
+	var metrics serviceMetrics
+	fs.Var(&metrics, "service-metrics", "name=URL of a service's /metrics (repeat per service): report its CPU µs per turn.")
 	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: chatd bench [--dev | --url URL --token T] [--chats 10] [--concurrency N] [--turns N] [--duration 30s] [--prompt P] [--json]\n\n")
+		fmt.Fprintf(w, "Usage: chatd bench [--dev | --url URL --token T] [--chats 10] [--concurrency N] [--turns N] [--duration 30s] [--prompt P] [--service-metrics name=URL ...] [--json]\n\n")
 		fmt.Fprintf(w, "Creates --chats chats, keeps one SSE stream open per chat and runs turns,\n")
 		fmt.Fprintf(w, "--concurrency at a time, until --turns turns have started or --duration has\n")
 		fmt.Fprintf(w, "passed (whichever comes first); the turns in flight then finish. Progress goes\n")
@@ -102,7 +104,7 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		return fail("--stream-url %s.", err)
 	}
 	if !*allowRemote {
-		for _, u := range []string{base, stream} {
+		for _, u := range append([]string{base, stream}, metricsURLs(metrics)...) {
 			if err := requireLoopback(u); err != nil {
 				return fail("%s.", err)
 			}
@@ -145,10 +147,23 @@ func runBench(ctx context.Context, e *env, args []string) int {
 		conc = cfg.Chats
 	}
 	fmt.Fprintf(e.stderr, "chatd bench: %d chats, %d at a time, against %s; creating the chats...\n", cfg.Chats, conc, base)
+	before, err := sampleCPU(ctx, metrics)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "chatd bench: %s\n", err)
+		return exitFailed
+	}
 	rep, err := loadgen.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "chatd bench: %s\n", err)
 		return exitFailed
+	}
+	if len(metrics) > 0 {
+		after, err := sampleCPU(ctx, metrics)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "chatd bench: %s\n", err)
+			return exitFailed
+		}
+		rep.CPUPerTurn = cpuPerTurn(metrics, before, after, rep.OK)
 	}
 	if *jsonOut {
 		enc := json.NewEncoder(e.stdout)
@@ -237,5 +252,8 @@ func writeBenchReport(w io.Writer, r *loadgen.Report) {
 	}
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "error %-30s %d  (e.g. %s)\n", e.Kind+":", e.Count, e.Example)
+	}
+	for _, c := range r.CPUPerTurn {
+		fmt.Fprintf(w, "cpu %-12s %.0f µs/turn  (%.2f s over the run)\n", c.Service+":", c.MicrosPerTurn, c.CPUSeconds)
 	}
 }

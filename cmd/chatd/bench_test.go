@@ -17,6 +17,7 @@ import (
 
 	"github.com/chatd/chatd/cmd/internal/loadgen"
 	"github.com/chatd/chatd/cmd/internal/stacktest"
+	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
 // TestBenchAgainstStack runs chatd bench against the four services as
@@ -216,4 +217,47 @@ func holdDevLock(t *testing.T, dir, url string) {
 	require.NoError(t, syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB))
 	_, err = fmt.Fprintf(f, "pid %d\nserving %s\n", os.Getpid(), url)
 	require.NoError(t, err)
+}
+
+// TestBenchReportsCPUPerTurn: given each service's /metrics, chatd bench
+// reports the CPU time every service spent over the run, per turn, from
+// the services' own process_cpu_seconds_total.
+func TestBenchReportsCPUPerTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the whole stack")
+	}
+	workerMetrics, relayMetrics := servicetest.FreeAddr(t), servicetest.FreeAddr(t)
+	st := stacktest.StartWith(t, stacktest.Options{
+		Streams:   1,
+		WorkerEnv: []string{"CHATD_METRICS_ADDR=" + workerMetrics},
+		RelayEnv:  []string{"CHATD_METRICS_ADDR=" + relayMetrics},
+	})
+	code, stdout, stderr := cliStdin(t, nil, "", "bench", "--json", "--quiet",
+		"--url", "http://"+st.APIHTTP, "--stream-url", "http://"+st.Streams[0], "--token", st.Token,
+		"--chats", "2", "--turns", "6", "--duration", "0", "--prompt", "::stream 50 0",
+		"--service-metrics", "api=http://"+st.APIHTTP+"/metrics",
+		"--service-metrics", "worker=http://"+workerMetrics+"/metrics",
+		"--service-metrics", "relay=http://"+relayMetrics+"/metrics",
+		"--service-metrics", "stream=http://"+st.Streams[0]+"/metrics")
+	require.Equal(t, exitOK, code, "%s\n%s", stderr, st.Stderr())
+	var rep loadgen.Report
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	require.Equal(t, 6, rep.OK)
+	require.Len(t, rep.CPUPerTurn, 4)
+	for i, name := range []string{"api", "worker", "relay", "stream"} {
+		c := rep.CPUPerTurn[i]
+		require.Equal(t, name, c.Service)
+		require.Positive(t, c.CPUSeconds, "%s spent CPU on the turns", name)
+		require.InDelta(t, c.CPUSeconds*1e6/6, c.MicrosPerTurn, 1e-6*c.MicrosPerTurn+1e-9)
+	}
+
+	// A service without the counter, or a bad flag, is a clear error.
+	code, _, stderr = cliStdin(t, nil, "", "bench", "--url", "http://"+st.APIHTTP, "--token", st.Token,
+		"--turns", "1", "--service-metrics", "api")
+	require.Equal(t, exitUsage, code)
+	require.Contains(t, stderr, "is not name=URL")
+	code, _, stderr = cliStdin(t, nil, "", "bench", "--url", "http://"+st.APIHTTP, "--token", st.Token,
+		"--turns", "1", "--service-metrics", "api=http://"+st.APIHTTP+"/healthz")
+	require.Equal(t, exitFailed, code)
+	require.Contains(t, stderr, "has no process_cpu_seconds_total")
 }

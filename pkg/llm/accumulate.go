@@ -11,7 +11,11 @@ import (
 // Accumulator folds a response's events into the assistant message they
 // describe. The zero value is ready to use.
 type Accumulator struct {
-	parts  []chatmsg.Part
+	parts []chatmsg.Part
+	// texts[i] is the text of parts[i] so far (text and reasoning parts):
+	// appended to in place, so a long answer costs linear time, not a
+	// copy of the text so far per delta.
+	texts  [][]byte
 	usage  Usage
 	reason FinishReason
 	done   bool
@@ -33,17 +37,19 @@ func (a *Accumulator) Add(ev Event) error {
 		switch {
 		case ev.Part == len(a.parts):
 			a.parts = append(a.parts, chatmsg.Part{Type: typ})
+			a.texts = append(a.texts, nil)
 		case ev.Part < 0 || ev.Part > len(a.parts):
 			return fmt.Errorf("llm: %s for part %d, have %d parts", ev.Type, ev.Part, len(a.parts))
 		case a.parts[ev.Part].Type != typ:
 			return fmt.Errorf("llm: %s for part %d, a %s part", ev.Type, ev.Part, a.parts[ev.Part].Type)
 		}
-		a.parts[ev.Part].Text += ev.Delta
+		a.texts[ev.Part] = append(a.texts[ev.Part], ev.Delta...)
 	case EventToolCall:
 		if ev.Part != len(a.parts) {
 			return fmt.Errorf("llm: tool call as part %d, have %d parts", ev.Part, len(a.parts))
 		}
 		a.parts = append(a.parts, chatmsg.ToolCall(ev.ToolCall.ID, ev.ToolCall.Name, ev.ToolCall.Input))
+		a.texts = append(a.texts, nil)
 	case EventProgress:
 		// Activity only: no content.
 	case EventUsage:
@@ -58,7 +64,15 @@ func (a *Accumulator) Add(ev Event) error {
 }
 
 // Content is (a copy of) the message content so far.
-func (a *Accumulator) Content() chatmsg.Content { return slices.Clone(chatmsg.Content(a.parts)) }
+func (a *Accumulator) Content() chatmsg.Content {
+	out := slices.Clone(chatmsg.Content(a.parts))
+	for i, t := range a.texts {
+		if t != nil {
+			out[i].Text = string(t)
+		}
+	}
+	return out
+}
 
 // Usage is the reported usage, zero until a usage event.
 func (a *Accumulator) Usage() Usage { return a.usage }

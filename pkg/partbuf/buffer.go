@@ -5,8 +5,9 @@
 // subscriptions.
 //
 // Storing parts is best-effort and bounded: each episode holds at most
-// Options.MaxEpisodeBytes of parts, a closed episode is dropped some time
-// after it closes, and a subscriber that stops reading is cut off.
+// Options.MaxEpisodeBytes of content (consecutive text and reasoning deltas
+// coalesced, see Log), a closed episode is dropped some time after it
+// closes, and a subscriber that stops reading is cut off.
 //
 // Only the worker binary holds a buffer. It lives in pkg, not under
 // services/worker, because the relay's tests run real buffers behind
@@ -19,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -29,8 +29,10 @@ import (
 
 // Defaults of Options.
 const (
-	// DefaultMaxEpisodeBytes caps the parts of one episode at 1 MiB of JSON.
-	DefaultMaxEpisodeBytes = 1 << 20
+	// DefaultMaxEpisodeBytes caps the content of one episode at 4 MiB: a
+	// delta's text, any other part's data. It is a safety bound, not the
+	// size of an answer: 4 MiB is about a million tokens of text.
+	DefaultMaxEpisodeBytes = 4 << 20
 	// DefaultGCDelay is how long a closed episode is kept at least.
 	DefaultGCDelay = 15 * time.Second
 	// DefaultGCInterval is how often closed episodes are looked for, so a
@@ -69,18 +71,23 @@ func (e Episode) String() string {
 	return fmt.Sprintf("%s/%d/%d", e.ChatID, e.HistoryVersion, e.GenerationAttempt)
 }
 
-// Part is one streaming message part of an episode. Its JSON form is what
-// counts against the episode's byte cap.
+// Part is one streaming message part of an episode, or several
+// consecutive deltas of one coalesced into one part (see Log).
 //
 // Seq is assigned by AddPart: 1 for the first part of an episode and one
-// more for each later part, with no gaps. Role and Data are opaque to the
-// buffer: Role names who produced the part (for example "assistant"), and
-// Data is the part itself, any JSON value. Parts are shared between the
-// buffer and its readers: treat Data as read-only.
+// more for each later part, with no gaps. A coalesced part has the seq of
+// its last delta and FirstSeq that of its first, and DeltaEnds says where
+// each delta's text ends in its text; a single part has FirstSeq == Seq (or
+// 0) and no DeltaEnds. Role names who produced the part (for example
+// "assistant"), and Data is the part itself, any JSON value. Parts are
+// shared between the buffer and its readers: treat Data and DeltaEnds as
+// read-only.
 type Part struct {
-	Seq  int64           `json:"seq"`
-	Role string          `json:"role,omitempty"`
-	Data json.RawMessage `json:"data"`
+	Seq       int64
+	FirstSeq  int64
+	Role      string
+	Data      json.RawMessage
+	DeltaEnds []uint32
 }
 
 // ToolTiming says when one tool call occurrence of an episode started and
@@ -96,7 +103,7 @@ type Options struct {
 	// Clock stamps model invocations and close times and drives the GC
 	// ticker and the subscriber timeouts. Default: the real clock.
 	Clock clockwork.Clock
-	// MaxEpisodeBytes caps the summed JSON size of an episode's parts.
+	// MaxEpisodeBytes caps the content an episode holds (Log.Bytes).
 	MaxEpisodeBytes int
 	// GCDelay is the least time a closed episode is kept after closing.
 	GCDelay time.Duration
@@ -127,16 +134,15 @@ type Buffer struct {
 // episode is the state of one Episode, guarded by Buffer.mu.
 //
 // An entry that is not created only exists because subscribers wait for the
-// episode; it is removed when its last subscriber goes. Parts are only ever
-// appended, so a subscriber may read parts[i] for i below a length it saw
-// under the lock without holding it.
+// episode; it is removed when its last subscriber goes. The log is only ever
+// appended, so a subscriber renders a View it took under the lock without
+// holding it.
 type episode struct {
 	created        bool
 	closed         bool
 	closedAt       time.Time
 	full           bool // a part did not fit: later parts would leave a hole
-	bytes          int
-	parts          []Part
+	log            Log
 	modelInvokedAt time.Time
 	tools          map[int]ToolTiming
 	subscribers    int
@@ -249,20 +255,27 @@ func (b *Buffer) CloseEpisode(ep Episode) {
 }
 
 // AddPart appends a part to an open episode and returns its seq. data must be
-// valid JSON. It returns ErrEpisodeNotFound if the episode does not exist,
-// ErrEpisodeClosed if it is closed, and ErrEpisodeFull if the part would
-// take the episode's parts over the byte cap; once a part was refused as
-// too big, every later one is too, so readers never see a hole in the
-// stream. A refused part takes no seq.
+// valid JSON. Consecutive text or reasoning deltas are coalesced in the
+// episode's log (see Log) and count their text against the byte cap; a
+// subscriber keeping up still receives each as its own part. It returns
+// ErrEpisodeNotFound if the episode does not exist, ErrEpisodeClosed if it
+// is closed, and ErrEpisodeFull if the part would take the episode's
+// content over the byte cap; once a part was refused as too big, every
+// later one is too, so readers never see a hole in the stream. A refused
+// part takes no seq.
 func (b *Buffer) AddPart(ep Episode, role string, data json.RawMessage) (int64, error) {
-	p := Part{Role: role, Data: data}
-	// Encode outside the lock with seq 0 (one digit); the real seq only
-	// changes the number of digits.
-	enc, err := json.Marshal(p)
-	if err != nil {
-		return 0, fmt.Errorf("error encoding part: %w", err)
+	if !json.Valid(data) {
+		return 0, fmt.Errorf("error adding part: data is not JSON")
 	}
-	p.Data = slices.Clone(data)
+	d, isDelta := parseDelta(data)
+	size := len(data)
+	if isDelta {
+		size = max(len(d.Text), 1)
+	}
+	p := Part{Role: role}
+	if !isDelta {
+		p.Data = slices.Clone(data)
+	}
 
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -273,33 +286,37 @@ func (b *Buffer) AddPart(ep Episode, role string, data json.RawMessage) (int64, 
 	if e.full {
 		return 0, ErrEpisodeFull
 	}
-	p.Seq = int64(len(e.parts)) + 1
-	size := len(enc) - 1 + digits(p.Seq)
-	if e.bytes+size > b.maxEpisodeBytes {
+	if e.log.Bytes()+size > b.maxEpisodeBytes {
 		e.full = true
 		return 0, ErrEpisodeFull
 	}
-	e.bytes += size
-	e.parts = append(e.parts, p)
+	p.Seq = e.log.LastSeq() + 1
+	if _, err := e.log.append(p, d, isDelta); err != nil {
+		return 0, err
+	}
 	e.notify()
 	return p.Seq, nil
 }
 
-func digits(n int64) int {
-	var buf [20]byte
-	return len(strconv.AppendInt(buf[:0], n, 10))
+// GetParts returns an episode's parts in seq order, consecutive deltas
+// coalesced. It returns ErrEpisodeNotFound if the episode does not exist.
+func (b *Buffer) GetParts(ep Episode) ([]Part, error) {
+	return b.PartsAfter(ep, 0)
 }
 
-// GetParts returns a copy of an episode's parts in seq order. It returns
+// PartsAfter returns an episode's parts after seq after, the first one cut
+// at after when after falls inside a coalesced run. It returns
 // ErrEpisodeNotFound if the episode does not exist.
-func (b *Buffer) GetParts(ep Episode) ([]Part, error) {
+func (b *Buffer) PartsAfter(ep Episode, after int64) ([]Part, error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	e := b.episodes[ep]
 	if e == nil || !e.created {
+		b.mu.Unlock()
 		return nil, ErrEpisodeNotFound
 	}
-	return slices.Clone(e.parts), nil
+	v := e.log.After(after)
+	b.mu.Unlock()
+	return v.Parts(), nil
 }
 
 // StartModelInvocation stamps the current instant as the moment the episode

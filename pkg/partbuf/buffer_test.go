@@ -223,12 +223,10 @@ func TestAddPart(t *testing.T) {
 	})
 }
 
-// partSize is the JSON size of the part AddPart would store.
-func partSize(t *testing.T, seq int64, d json.RawMessage) int {
-	t.Helper()
-	enc, err := json.Marshal(partbuf.Part{Seq: seq, Role: "assistant", Data: d})
-	require.NoError(t, err)
-	return len(enc)
+// partSize is the content size AddPart counts for a part that is not a
+// delta: its data.
+func partSize(_ *testing.T, _ int64, d json.RawMessage) int {
+	return len(d)
 }
 
 func TestEpisodeCap(t *testing.T) {
@@ -269,7 +267,7 @@ func TestEpisodeCap(t *testing.T) {
 		require.Len(t, parts, 1)
 	})
 
-	t.Run("DefaultOneMiB", func(t *testing.T) {
+	t.Run("DefaultFourMiBOfContent", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, partbuf.Options{})
 		require.NoError(t, b.buf.CreateEpisode(b.ep))
@@ -279,23 +277,21 @@ func TestEpisodeCap(t *testing.T) {
 			got, err := b.buf.AddPart(b.ep, "assistant", chunk)
 			if err != nil {
 				require.ErrorIs(t, err, partbuf.ErrEpisodeFull)
-				require.Greater(t, total+partSize(t, seq, chunk), partbuf.DefaultMaxEpisodeBytes)
+				require.Greater(t, total+len(chunk), partbuf.DefaultMaxEpisodeBytes)
 				break
 			}
 			require.Equal(t, seq, got)
-			total += partSize(t, seq, chunk)
+			total += len(chunk)
 		}
 		parts, err := b.buf.GetParts(b.ep)
 		require.NoError(t, err)
-		enc := 0
+		held := 0
 		for _, p := range parts {
-			e, err := json.Marshal(p)
-			require.NoError(t, err)
-			enc += len(e)
+			held += len(p.Data)
 		}
-		require.Equal(t, total, enc)
-		require.LessOrEqual(t, enc, 1<<20)
-		require.Greater(t, enc, 1<<20-1100)
+		require.Equal(t, total, held)
+		require.LessOrEqual(t, held, 4<<20)
+		require.Greater(t, held, 4<<20-1002)
 	})
 }
 

@@ -26,6 +26,15 @@ import (
 //
 // A subscription keeps its episode from being garbage collected.
 func (b *Buffer) SubscribeToEpisode(ep Episode) (<-chan Part, func()) {
+	return b.SubscribeAfter(ep, 0)
+}
+
+// SubscribeAfter is SubscribeToEpisode from the part after seq after: the
+// buffered parts after it first, coalesced (the first one cut at after when
+// after falls inside a coalesced run), then the live ones. A subscriber that
+// keeps up receives each part as it is added; one that falls behind
+// receives what it missed coalesced, never a gap and never a part twice.
+func (b *Buffer) SubscribeAfter(ep Episode, after int64) (<-chan Part, func()) {
 	ch := make(chan Part)
 	b.mu.Lock()
 	if b.stopped {
@@ -43,6 +52,7 @@ func (b *Buffer) SubscribeToEpisode(ep Episode) (<-chan Part, func()) {
 	b.mu.Unlock()
 
 	s := &subscription{
+		after:  after,
 		b:      b,
 		ep:     ep,
 		e:      e,
@@ -55,6 +65,7 @@ func (b *Buffer) SubscribeToEpisode(ep Episode) (<-chan Part, func()) {
 }
 
 type subscription struct {
+	after  int64 // the seq delivered last
 	b      *Buffer
 	ep     Episode
 	e      *episode // stays the map entry of ep while subscribed
@@ -84,13 +95,12 @@ func (s *subscription) run() {
 		}
 	}()
 
-	next := 0 // index of the next part to deliver
 	for {
 		s.b.mu.Lock()
-		parts := s.e.parts[next:len(s.e.parts):len(s.e.parts)]
+		v := s.e.log.After(s.after)
 		closed := s.e.closed
 		var wake chan struct{}
-		if len(parts) == 0 && !closed {
+		if v.Empty() && !closed {
 			if s.e.wake == nil {
 				s.e.wake = make(chan struct{})
 			}
@@ -98,7 +108,7 @@ func (s *subscription) run() {
 		}
 		s.b.mu.Unlock()
 
-		if len(parts) == 0 {
+		if v.Empty() {
 			if closed {
 				return
 			}
@@ -111,12 +121,12 @@ func (s *subscription) run() {
 				return
 			}
 		}
-		for _, p := range parts {
+		for _, p := range v.Parts() {
 			if !s.send(p) {
 				return
 			}
 		}
-		next += len(parts)
+		s.after = v.LastSeq()
 	}
 }
 

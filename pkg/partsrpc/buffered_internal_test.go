@@ -34,8 +34,8 @@ func TestNewSelectionSendsBufferedPartsAtOnce(t *testing.T) {
 			srv := New(buf, Options{})
 			// The subscription hands nothing over until the test lets it.
 			release := make(chan struct{})
-			srv.subscribeEpisode = func(ep partbuf.Episode) (<-chan partbuf.Part, func()) {
-				in, cancelIn := buf.SubscribeToEpisode(ep)
+			srv.subscribeEpisode = func(ep partbuf.Episode, after int64) (<-chan partbuf.Part, func()) {
+				in, cancelIn := buf.SubscribeAfter(ep, after)
 				out := make(chan partbuf.Part)
 				stop, exited := make(chan struct{}), make(chan struct{})
 				go func() {

@@ -100,15 +100,15 @@ func TestCutOffSubscriptionResumes(t *testing.T) {
 			srv := New(buf, Options{})
 			// The feed alone delivers: a new selection's buffered parts
 			// would otherwise go out before the cut-off this test is about.
-			srv.bufferedParts = func(partbuf.Episode) ([]partbuf.Part, error) { return nil, partbuf.ErrEpisodeNotFound }
+			srv.bufferedParts = func(partbuf.Episode, int64) ([]partbuf.Part, error) { return nil, partbuf.ErrEpisodeNotFound }
 			var calls atomic.Int32
-			srv.subscribeEpisode = func(ep partbuf.Episode) (<-chan partbuf.Part, func()) {
+			srv.subscribeEpisode = func(ep partbuf.Episode, after int64) (<-chan partbuf.Part, func()) {
 				if calls.Add(1) > 1 {
-					return buf.SubscribeToEpisode(ep)
+					return buf.SubscribeAfter(ep, after)
 				}
 				// The first subscription delivers cutAfter parts, then
 				// ends as a cut-off one does.
-				in, cancelIn := buf.SubscribeToEpisode(ep)
+				in, cancelIn := buf.SubscribeAfter(ep, after)
 				out := make(chan partbuf.Part)
 				stop := make(chan struct{})
 				exited := make(chan struct{})

@@ -49,10 +49,10 @@ type Server struct {
 
 	buf *partbuf.Buffer
 	log *slog.Logger
-	// subscribeEpisode is buf.SubscribeToEpisode and bufferedParts
-	// buf.GetParts; tests replace them.
-	subscribeEpisode func(partbuf.Episode) (<-chan partbuf.Part, func())
-	bufferedParts    func(partbuf.Episode) ([]partbuf.Part, error)
+	// subscribeEpisode is buf.SubscribeAfter and bufferedParts
+	// buf.PartsAfter; tests replace them.
+	subscribeEpisode func(partbuf.Episode, int64) (<-chan partbuf.Part, func())
+	bufferedParts    func(partbuf.Episode, int64) ([]partbuf.Part, error)
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -67,8 +67,8 @@ func New(buf *partbuf.Buffer, opts Options) *Server {
 	return &Server{
 		buf:              buf,
 		log:              log.With("component", "parts"),
-		subscribeEpisode: buf.SubscribeToEpisode,
-		bufferedParts:    buf.GetParts,
+		subscribeEpisode: buf.SubscribeAfter,
+		bufferedParts:    buf.PartsAfter,
 		closing:          make(chan struct{}),
 	}
 }
@@ -171,8 +171,9 @@ func (s *Server) StreamParts(stream chatdv1.PartsService_StreamPartsServer) erro
 				s.log.Warn("part buffer cut off a subscription; resubscribing", "episode", cur.sel.ep.String(), "seq", cur.pos)
 				old := cur
 				old.stop()
-				cur = s.subscribe(old.sel)
-				cur.pos = old.pos
+				sel := old.sel
+				sel.afterSeq = old.pos
+				cur = s.subscribe(sel)
 			}
 		}
 	}
@@ -201,23 +202,28 @@ func (s *Server) deliver(stream chatdv1.PartsService_StreamPartsServer, cur *fee
 			cur.requeue(parts[i:], ended)
 			return more, nil
 		}
-		if p.Seq != cur.recv+1 {
-			// A subscription delivers contiguous seq from 1; a gap here is
-			// an invariant violation, and ending the stream makes the relay
-			// reconnect rather than deliver a gap.
+		if p.First() != cur.recv+1 {
+			// A subscription delivers contiguous seq from its cursor; a gap
+			// here is an invariant violation, and ending the stream makes
+			// the relay reconnect rather than deliver a gap.
 			s.log.Error("part buffer delivered a seq gap", "episode", cur.sel.ep.String(),
-				"want_seq", cur.recv+1, "seq", p.Seq)
-			return more, status.Errorf(codes.Internal, "episode %s: part seq %d after %d", cur.sel.ep, p.Seq, cur.recv)
+				"want_seq", cur.recv+1, "seq", p.First())
+			return more, status.Errorf(codes.Internal, "episode %s: part seq %d after %d", cur.sel.ep, p.First(), cur.recv)
 		}
 		cur.recv = p.Seq
-		if p.Seq <= cur.pos {
-			// Before after_seq, or sent before a resubscription.
+		// Parts up to pos were sent before (sendBuffered): send the rest,
+		// cut inside a coalesced run if need be.
+		rest, ok := p.Trim(cur.pos)
+		if !ok {
+			if p.Seq > cur.pos {
+				return more, status.Errorf(codes.Internal, "episode %s: part %d..%d cannot be cut after %d", cur.sel.ep, p.First(), p.Seq, cur.pos)
+			}
 			continue
 		}
-		if err := stream.Send(cur.sel.partResponse(p)); err != nil {
+		if err := stream.Send(cur.sel.partResponse(rest)); err != nil {
 			return more, err
 		}
-		cur.pos = p.Seq
+		cur.pos = rest.Seq
 	}
 	if !ended {
 		return more, nil
@@ -231,7 +237,7 @@ func (s *Server) deliver(stream chatdv1.PartsService_StreamPartsServer, cur *fee
 	if s.buf.Closed() {
 		return more, errShutdown
 	}
-	if all, err := s.buf.GetParts(cur.sel.ep); err == nil && int64(len(all)) > cur.recv {
+	if rest, err := s.buf.PartsAfter(cur.sel.ep, cur.recv); err == nil && len(rest) > 0 {
 		return cutOff, nil
 	}
 	// (An episode the buffer no longer holds was closed and garbage
@@ -249,7 +255,7 @@ func (s *Server) deliver(stream chatdv1.PartsService_StreamPartsServer, cur *fee
 // deliver skips what was sent (cur.pos), so the subscription still checks
 // every seq. It stops early when a new control message is waiting.
 func (s *Server) sendBuffered(stream chatdv1.PartsService_StreamPartsServer, cur *feed, ctl *streamctl.Latest[selection]) error {
-	parts, err := s.bufferedParts(cur.sel.ep)
+	parts, err := s.bufferedParts(cur.sel.ep, cur.pos)
 	if err != nil {
 		return nil // not created yet (or collected): the feed says which
 	}
@@ -257,10 +263,7 @@ func (s *Server) sendBuffered(stream chatdv1.PartsService_StreamPartsServer, cur
 		if ctl.Pending() {
 			return nil
 		}
-		switch {
-		case p.Seq <= cur.pos:
-			continue // at or before after_seq
-		case p.Seq > cur.pos+1:
+		if p.First() != cur.pos+1 {
 			return nil // not contiguous: leave it to the feed's check
 		}
 		if err := stream.Send(cur.sel.partResponse(p)); err != nil {
@@ -312,7 +315,11 @@ func (sel selection) partResponse(p partbuf.Part) *chatdv1.StreamPartsResponse {
 		data = strings.ToValidUTF8(data, "\uFFFD")
 	}
 	r := sel.response()
-	r.Event = &chatdv1.StreamPartsResponse_Part{Part: &chatdv1.EpisodePart{Seq: p.Seq, Role: p.Role, Data: data}}
+	ep := &chatdv1.EpisodePart{Seq: p.Seq, Role: p.Role, Data: data}
+	if p.First() != p.Seq {
+		ep.FirstSeq, ep.DeltaEnds = p.First(), p.DeltaEnds
+	}
+	r.Event = &chatdv1.StreamPartsResponse_Part{Part: ep}
 	return r
 }
 
@@ -344,9 +351,10 @@ type feed struct {
 }
 
 func (s *Server) subscribe(sel selection) *feed {
-	ch, cancel := s.subscribeEpisode(sel.ep)
+	ch, cancel := s.subscribeEpisode(sel.ep, sel.afterSeq)
 	f := &feed{
 		sel:     sel,
+		recv:    sel.afterSeq,
 		pos:     sel.afterSeq,
 		cancel:  cancel,
 		ready:   make(chan struct{}, 1),

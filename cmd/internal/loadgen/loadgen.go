@@ -105,6 +105,18 @@ type Report struct {
 	// StreamReconnects counts the SSE connections that dropped and were
 	// resumed (a turn they interrupted still counts when it completes).
 	StreamReconnects int `json:"stream_reconnects"`
+	// CPUPerTurn is each measured service's process CPU time over the run
+	// (process_cpu_seconds_total from its /metrics, before and after) and
+	// per OK turn, at TurnsPerSecond; filled in by chatd bench when it is
+	// given the services' metrics URLs.
+	CPUPerTurn []ServiceCPU `json:"cpu_per_turn,omitempty"`
+}
+
+// ServiceCPU is one service's CPU time over a run.
+type ServiceCPU struct {
+	Service       string  `json:"service"`
+	CPUSeconds    float64 `json:"cpu_seconds"`
+	MicrosPerTurn float64 `json:"cpu_us_per_turn"`
 }
 
 // Latency is the distribution of one measure, in milliseconds.

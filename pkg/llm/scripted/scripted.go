@@ -58,6 +58,7 @@ import (
 	"iter"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/llm"
@@ -165,7 +166,9 @@ type emitter struct {
 	yield func(llm.Event, error) bool
 	sleep Sleeper
 	part  int
-	out   []string // every piece of output, for the usage estimate
+	// outWords counts the words of the output, for the usage estimate: a
+	// count, not the pieces, so a long answer's text is not kept twice.
+	outWords int64
 }
 
 // emit yields ev unless ctx has ended; false means stop.
@@ -181,7 +184,7 @@ func (e *emitter) delta(t llm.EventType, s string) bool {
 	if s == "" {
 		return true
 	}
-	e.out = append(e.out, s)
+	e.outWords += words(s)
 	return e.emit(llm.Event{Type: t, Part: e.part, Delta: s})
 }
 
@@ -199,13 +202,13 @@ func (e *emitter) run(s script, req llm.Request) bool {
 	}
 	ids := callIDs(req, len(s.tools))
 	for i, tc := range s.tools {
-		e.out = append(e.out, string(tc.args))
+		e.outWords += words(string(tc.args))
 		if !e.emit(llm.Event{Type: llm.EventToolCall, Part: e.part, ToolCall: llm.ToolCall{ID: ids[i], Name: tc.name, Input: tc.args}}) {
 			return false
 		}
 		e.part++
 	}
-	usage := llm.Usage{PromptTokens: promptWords(req), OutputTokens: words(strings.Join(e.out, " "))}
+	usage := llm.Usage{PromptTokens: promptWords(req), OutputTokens: e.outWords}
 	if s.usage != nil {
 		usage = *s.usage
 	}
@@ -334,7 +337,21 @@ func callIDs(req llm.Request, n int) []string {
 	return ids
 }
 
-func words(s string) int64 { return int64(len(strings.Fields(s))) }
+// words counts the whitespace-separated words of s (strings.Fields's
+// count, without its slice).
+func words(s string) int64 {
+	var n int64
+	in := false
+	for _, r := range s {
+		if unicode.IsSpace(r) {
+			in = false
+		} else if !in {
+			in = true
+			n++
+		}
+	}
+	return n
+}
 
 // promptWords estimates the prompt's size in words.
 func promptWords(req llm.Request) int64 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -29,8 +30,12 @@ func benchChats(b *testing.B) int {
 // BenchmarkHeldStreamingChats: one worker process holds N chats whose
 // scripted model streams 20 tokens/s each, for two full lease periods'
 // worth of heartbeats. Reports how many it held, how many leases lapsed
-// (must be 0), the worst heartbeat age seen, and heap per runner. Run with
-// -benchtime 1x; CHATD_BENCH_CHATS sets N.
+// (must be 0), the worst heartbeat age seen, and heap per runner: as the
+// worker's go_memstats_heap_inuse_bytes reads at the end (heap-KiB/runner)
+// and after a collection (heap-live-KiB/runner). Run with -benchtime 1x;
+// CHATD_BENCH_CHATS sets N; CHATD_BENCH_HEAP_PROFILE=<file> writes the heap
+// profile while the chats are held (the worker runs in the benchmark's
+// process).
 func BenchmarkHeldStreamingChats(b *testing.B) {
 	n := benchChats(b)
 	e := newE2E(b)
@@ -108,12 +113,33 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 			}
 		}
 		rows.Close()
+		// What an operator reads from the worker's /metrics
+		// (go_memstats_heap_inuse_bytes) at any moment: live objects plus
+		// spans holding garbage not yet collected, and the worker's fixed
+		// costs (pools, caches) shared out over the chats.
 		var after runtime.MemStats
 		runtime.ReadMemStats(&after)
+		// After a collection: what the running chats keep alive.
+		runtime.GC()
+		var live runtime.MemStats
+		runtime.ReadMemStats(&live)
+		// CHATD_BENCH_HEAP_PROFILE: where the held chats' heap goes, while
+		// they are held (go tool pprof -sample_index=inuse_space -top).
+		if path := os.Getenv("CHATD_BENCH_HEAP_PROFILE"); path != "" {
+			f, err := os.Create(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+				b.Fatal(err)
+			}
+			_ = f.Close()
+		}
 		b.ReportMetric(float64(n), "chats-held")
 		b.ReportMetric(float64(lapsed), "leases-lapsed")
 		b.ReportMetric(worstAge.Seconds(), "worst-heartbeat-age-s")
-		b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/float64(n)/1024, "heap-KiB/runner")
+		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/float64(n)/1024, "heap-KiB/runner")
+		b.ReportMetric(float64(int64(live.HeapInuse)-int64(before.HeapInuse))/float64(n)/1024, "heap-live-KiB/runner")
 		b.ReportMetric(float64(runtime.NumGoroutine())/float64(n), "goroutines/runner")
 		fmt.Fprintf(os.Stderr, "held %d chats, %d lapsed, worst heartbeat age %s\n", n, lapsed, worstAge)
 	}

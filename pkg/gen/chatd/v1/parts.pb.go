@@ -213,13 +213,26 @@ func (*StreamPartsResponse_EpisodeClosed) isStreamPartsResponse_Event() {}
 type EpisodePart struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// 1 for the episode's first part, one more for each later part. Within one
-	// selection, parts arrive with contiguous seq starting at after_seq + 1.
+	// selection, parts arrive with contiguous seq starting at after_seq + 1
+	// (a coalesced part covers first_seq..seq).
 	Seq int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Who produced the part, for example "assistant".
 	Role string `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
 	// The part itself, as JSON text, as the worker buffered it (any invalid
 	// UTF-8 replaced by U+FFFD).
-	Data          string `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Data string `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// The seq of the first delta the part carries when it carries several:
+	// consecutive text (or reasoning) deltas of one part index are coalesced
+	// into one part whose text is theirs concatenated and whose seq is the
+	// last one's. 0 means the part is a single delta (first_seq == seq).
+	// Contiguity is checked on first_seq: a part follows seq n when its
+	// first seq is n + 1.
+	FirstSeq int64 `protobuf:"varint,4,opt,name=first_seq,json=firstSeq,proto3" json:"first_seq,omitempty"`
+	// For a coalesced part, where each delta's text ends within the part's
+	// text, in bytes of its UTF-8 form, one entry per delta from first_seq to
+	// seq: any hop can cut the part at a delta boundary and so resume exactly
+	// from a cursor inside it. Empty for a single delta.
+	DeltaEnds     []uint32 `protobuf:"varint,5,rep,packed,name=delta_ends,json=deltaEnds,proto3" json:"delta_ends,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -273,6 +286,20 @@ func (x *EpisodePart) GetData() string {
 		return x.Data
 	}
 	return ""
+}
+
+func (x *EpisodePart) GetFirstSeq() int64 {
+	if x != nil {
+		return x.FirstSeq
+	}
+	return 0
+}
+
+func (x *EpisodePart) GetDeltaEnds() []uint32 {
+	if x != nil {
+		return x.DeltaEnds
+	}
+	return nil
 }
 
 // EpisodeClosed marks the end of a closed episode's parts.
@@ -337,11 +364,14 @@ const file_chatd_v1_parts_proto_rawDesc = "" +
 	"\x12generation_attempt\x18\x03 \x01(\x03R\x11generationAttempt\x12+\n" +
 	"\x04part\x18\x04 \x01(\v2\x15.chatd.v1.EpisodePartH\x00R\x04part\x12@\n" +
 	"\x0eepisode_closed\x18\x05 \x01(\v2\x17.chatd.v1.EpisodeClosedH\x00R\repisodeClosedB\a\n" +
-	"\x05event\"G\n" +
+	"\x05event\"\x83\x01\n" +
 	"\vEpisodePart\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\tR\x04data\"*\n" +
+	"\x04data\x18\x03 \x01(\tR\x04data\x12\x1b\n" +
+	"\tfirst_seq\x18\x04 \x01(\x03R\bfirstSeq\x12\x1d\n" +
+	"\n" +
+	"delta_ends\x18\x05 \x03(\rR\tdeltaEnds\"*\n" +
 	"\rEpisodeClosed\x12\x19\n" +
 	"\blast_seq\x18\x01 \x01(\x03R\alastSeq2^\n" +
 	"\fPartsService\x12N\n" +

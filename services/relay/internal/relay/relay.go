@@ -10,8 +10,11 @@
 // the last subscriber leaves. An upstream selects one episode at a time, and
 // asks the worker for it from seq 1 (after_seq 0): it keeps the selected
 // episode's parts in a log (a copy of what the worker's part buffer holds for
-// that episode, so bounded by the buffer's per-episode byte cap), and
-// forgets the log when it switches episodes.
+// that episode, coalesced as the buffer coalesces it, so bounded by the
+// buffer's per-episode cap of content bytes), and forgets the log when it
+// switches episodes. A subscriber keeping up is sent each part as the worker
+// sent it; one that joins late or resumes from a cursor is sent the rest of
+// the log coalesced, cut exactly after its cursor (partbuf.Log).
 //
 // Episodes. An upstream follows the newest episode any of its subscribers
 // has asked for, ordered by (history_version, generation_attempt): a
@@ -30,8 +33,9 @@
 // only appends to the log and wakes subscribers, never waits for one, so a
 // slow subscriber cannot stall the upstream or the other subscribers, and
 // its backlog is the shared log, never a copy. seq is contiguous from
-// after_seq + 1 per control message: the upstream checks the worker's seq
-// and fails (UNAVAILABLE to every subscriber) on a gap.
+// after_seq + 1 per control message (a coalesced part covers first_seq..seq):
+// the upstream checks the worker's seq and fails (UNAVAILABLE to every
+// subscriber) on a gap.
 //
 // Failures. An upstream that ends or fails (worker gone, shutting down, gap)
 // ends every subscriber's call with UNAVAILABLE; one whose episode exceeds
@@ -60,6 +64,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/streamctl"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 )
@@ -107,15 +112,17 @@ type Options struct {
 	DialOptions []grpc.DialOption
 	// Logger reports upstream failures. Default: slog.Default().
 	Logger *slog.Logger
-	// MaxEpisodeBytes caps the part data an upstream keeps for its episode;
-	// a worker sending more fails the upstream (RESOURCE_EXHAUSTED to its
-	// subscribers). Default: DefaultMaxEpisodeBytes.
+	// MaxEpisodeBytes caps the content bytes (partbuf.Log.Bytes) an
+	// upstream keeps for its episode; a worker sending more fails the
+	// upstream (RESOURCE_EXHAUSTED to its subscribers). Default:
+	// DefaultMaxEpisodeBytes.
 	MaxEpisodeBytes int
 }
 
-// DefaultMaxEpisodeBytes is four times the worker part buffer's default
-// per-episode cap, which bounds what a well-behaved worker sends.
-const DefaultMaxEpisodeBytes = 4 << 20
+// DefaultMaxEpisodeBytes is twice the worker part buffer's default
+// per-episode cap, which bounds what a well-behaved worker sends: both count
+// the same content bytes.
+const DefaultMaxEpisodeBytes = 2 * partbuf.DefaultMaxEpisodeBytes
 
 // Server implements chatd.v1.RelayService.
 type Server struct {
@@ -223,8 +230,8 @@ type upstream struct {
 	mu       sync.Mutex
 	selected bool
 	ep       episode
-	log      []*chatdv1.EpisodePart // log[i].Seq == i+1
-	bytes    int                    // summed data size of log
+	log      partbuf.Log
+	tail     *chatdv1.EpisodePart // the last part received, sent as is to subscribers keeping up
 	maxBytes int
 	closed   bool // episode_closed received for ep
 	lastSeq  int64
@@ -360,7 +367,7 @@ func (u *upstream) selectEpisode(ep episode) error {
 		return nil
 	}
 	u.selected, u.ep = true, ep
-	u.log, u.bytes, u.closed, u.lastSeq = nil, 0, false, 0
+	u.log, u.tail, u.closed, u.lastSeq = partbuf.Log{}, nil, false, 0
 	u.broadcast()
 	return nil
 }
@@ -418,24 +425,28 @@ func (u *upstream) apply(resp *chatdv1.StreamPartsResponse) error {
 	}
 	switch ev := resp.GetEvent().(type) {
 	case *chatdv1.StreamPartsResponse_Part:
-		want := int64(len(u.log)) + 1
+		want := u.log.LastSeq() + 1
 		if want == 1 {
 			timeline.Mark("relay.part1")
 		}
+		p := partFromProto(ev.Part)
 		if u.closed {
 			return status.Errorf(codes.Unavailable, "upstream of worker %s: episode (%d, %d): got part seq %d after the episode closed (last seq %d)",
-				u.key.worker, u.ep.hv, u.ep.ga, ev.Part.GetSeq(), u.lastSeq)
+				u.key.worker, u.ep.hv, u.ep.ga, p.First(), u.lastSeq)
 		}
-		if ev.Part.GetSeq() != want {
+		if p.First() != want || p.Seq < p.First() {
 			return status.Errorf(codes.Unavailable, "upstream of worker %s: episode (%d, %d): got part seq %d, want %d",
-				u.key.worker, u.ep.hv, u.ep.ga, ev.Part.GetSeq(), want)
+				u.key.worker, u.ep.hv, u.ep.ga, p.First(), want)
 		}
-		if u.bytes+len(ev.Part.GetData()) > u.maxBytes {
-			return status.Errorf(codes.ResourceExhausted, "upstream of worker %s: episode (%d, %d) exceeds %d bytes of parts",
+		fits, err := u.log.AppendCapped(p, u.maxBytes)
+		if err != nil {
+			return status.Errorf(codes.Unavailable, "upstream of worker %s: episode (%d, %d): %v", u.key.worker, u.ep.hv, u.ep.ga, err)
+		}
+		if !fits {
+			return status.Errorf(codes.ResourceExhausted, "upstream of worker %s: episode (%d, %d) exceeds %d bytes of content",
 				u.key.worker, u.ep.hv, u.ep.ga, u.maxBytes)
 		}
-		u.bytes += len(ev.Part.GetData())
-		u.log = append(u.log, ev.Part)
+		u.tail = ev.Part
 	case *chatdv1.StreamPartsResponse_EpisodeClosed:
 		u.closed, u.lastSeq = true, ev.EpisodeClosed.GetLastSeq()
 	default:
@@ -550,26 +561,67 @@ func (s *Server) apply(ctx context.Context, sub *subscriber, sel selection) erro
 func (sub *subscriber) pending() ([]*chatdv1.RelayServiceStreamPartsResponse, <-chan struct{}, bool, error) {
 	u := sub.up
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.failed != nil {
-		return nil, nil, false, u.failed
+	if err := u.failed; err != nil {
+		u.mu.Unlock()
+		return nil, nil, false, err
 	}
 	if !u.selected || u.ep != sub.ep {
-		return nil, u.changed, false, nil
+		changed := u.changed
+		u.mu.Unlock()
+		return nil, changed, false, nil
 	}
+	// A subscriber one part behind is sent the part as received; one
+	// further behind gets the log from its cursor, coalesced, rendered
+	// after the lock is released.
+	var tail *chatdv1.EpisodePart
+	var view partbuf.View
+	last := u.log.LastSeq()
+	if t := u.tail; t != nil && t.GetSeq() == last && firstSeq(t) == sub.cursor+1 {
+		tail = t
+	} else if sub.cursor < last {
+		view = u.log.After(sub.cursor)
+	}
+	closed, lastSeq, changed := u.closed, u.lastSeq, u.changed
+	u.mu.Unlock()
+
 	var events []*chatdv1.RelayServiceStreamPartsResponse
-	for i := sub.cursor; i < int64(len(u.log)); i++ {
+	if tail != nil {
 		r := sub.response()
-		r.Event = &chatdv1.RelayServiceStreamPartsResponse_Part{Part: u.log[i]}
+		r.Event = &chatdv1.RelayServiceStreamPartsResponse_Part{Part: tail}
+		events = append(events, r)
+	}
+	for _, p := range view.Parts() {
+		r := sub.response()
+		r.Event = &chatdv1.RelayServiceStreamPartsResponse_Part{Part: partToProto(p)}
 		events = append(events, r)
 	}
 	done := sub.closedSent
-	if u.closed && !sub.closedSent && max(sub.cursor, int64(len(u.log))) >= u.lastSeq {
+	if closed && !sub.closedSent && max(sub.cursor, last) >= lastSeq {
 		r := sub.response()
-		r.Event = &chatdv1.RelayServiceStreamPartsResponse_EpisodeClosed{EpisodeClosed: &chatdv1.EpisodeClosed{LastSeq: u.lastSeq}}
+		r.Event = &chatdv1.RelayServiceStreamPartsResponse_EpisodeClosed{EpisodeClosed: &chatdv1.EpisodeClosed{LastSeq: lastSeq}}
 		events = append(events, r)
 	}
-	return events, u.changed, done, nil
+	return events, changed, done, nil
+}
+
+// firstSeq is the seq of the first delta p carries.
+func firstSeq(p *chatdv1.EpisodePart) int64 {
+	if f := p.GetFirstSeq(); f != 0 {
+		return f
+	}
+	return p.GetSeq()
+}
+
+func partFromProto(p *chatdv1.EpisodePart) partbuf.Part {
+	return partbuf.Part{Seq: p.GetSeq(), FirstSeq: p.GetFirstSeq(), Role: p.GetRole(), Data: []byte(p.GetData()), DeltaEnds: p.GetDeltaEnds()}
+}
+
+func partToProto(p partbuf.Part) *chatdv1.EpisodePart {
+	ep := &chatdv1.EpisodePart{Seq: p.Seq, Role: p.Role, Data: string(p.Data)}
+	if p.First() != p.Seq {
+		ep.FirstSeq, ep.DeltaEnds = p.First(), p.DeltaEnds
+	}
+	return ep
 }
 
 // sent advances the cursor past ev.

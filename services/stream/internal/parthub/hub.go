@@ -19,9 +19,14 @@
 // for the episode from seq 1 (after_seq 0), whatever the subscribers'
 // cursors, so every subscriber can be served from the log.
 //
-// Log. The upstream keeps the followed episode's parts in memory (log[i]
-// has seq i+1), capped at Options.MaxEpisodeBytes of part data: a copy of
-// what the relay keeps for that episode, so bounded the same way. Each part
+// Log. The upstream keeps the followed episode's parts in memory, consecutive
+// text and reasoning deltas coalesced (partbuf.Log), capped at
+// Options.MaxEpisodeBytes of content (a delta's text, any other part's
+// data): what the relay keeps for that episode, so bounded the same way.
+// Beside it, the last parts as received (recentParts of them) are kept as
+// LiveParts prepared once for every loop: a loop keeping up takes those,
+// and a loop that joins late or falls further behind is handed the log
+// from its cursor coalesced, cut exactly after it. Each part
 // is checked and converted once here (json.Valid; invalid JSON becomes a
 // JSON string, the Part operation's rule) into LivePart.JSON, which every
 // stream loop emits as is, with no check or copy of its own; and each part
@@ -51,10 +56,14 @@ package parthub
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 
 	"github.com/google/uuid"
+
+	"github.com/chatd/chatd/pkg/partbuf"
 
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
@@ -71,8 +80,9 @@ type Upstream interface {
 	Close()
 }
 
-// DefaultMaxEpisodeBytes caps an upstream's log; twice the relay's own cap,
-// so that the relay's limit is the one that applies.
+// DefaultMaxEpisodeBytes caps an upstream's log at the relay's own cap:
+// both count the same content bytes (partbuf.Log), so whatever the relay
+// holds of an episode fits here.
 const DefaultMaxEpisodeBytes = 8 << 20
 
 // Options tune a Hub.
@@ -141,8 +151,8 @@ type upstream struct {
 	maxBytes int
 	selected bool
 	ep       episode
-	log      []streamloop.LivePart // log[i].Seq == i+1; replaced, never truncated in place
-	bytes    int
+	log      partbuf.Log
+	recent   []streamloop.LivePart // the last parts received; replaced, never truncated in place
 	full     bool
 	failed   error
 	received int64 // parts taken from src, for tests (export_test.go)
@@ -157,7 +167,8 @@ type upstream struct {
 type view struct {
 	selected bool
 	ep       episode
-	log      []streamloop.LivePart
+	snap     partbuf.Snapshot
+	recent   []streamloop.LivePart
 	failed   error
 	changed  chan struct{} // closed when the view is replaced
 	// moved is closed when a view following another episode (or failed)
@@ -171,7 +182,7 @@ type view struct {
 
 // publish replaces the view and wakes its readers; u.mu must be held.
 func (u *upstream) publish() {
-	nv := &view{selected: u.selected, ep: u.ep, log: u.log, failed: u.failed, changed: make(chan struct{})}
+	nv := &view{selected: u.selected, ep: u.ep, snap: u.log.Snapshot(), recent: u.recent, failed: u.failed, changed: make(chan struct{})}
 	old := u.view.Load()
 	if old != nil && old.failed == nil && u.failed == nil && old.selected == u.selected && old.ep == u.ep {
 		nv.moved = old.moved
@@ -270,24 +281,46 @@ func (u *upstream) apply(p streamloop.LivePart) bool {
 	if u.failed != nil || !u.selected || (episode{p.HistoryVersion, p.GenerationAttempt}) != u.ep {
 		return false // in flight from an earlier selection
 	}
-	next := int64(len(u.log)) + 1
-	switch {
-	case p.Seq < next || u.full:
+	last := u.log.LastSeq()
+	if p.Seq <= last || u.full {
 		return false // already logged, or past the cap
-	case p.Seq > next:
-		u.failed = fmt.Errorf("%w: chat %s worker %s episode %d/%d: upstream sent seq %d after %d",
-			streamloop.ErrPartGap, u.key.chat, u.key.worker, u.ep.hv, u.ep.ga, p.Seq, next-1)
-		u.h.forget(u) // u.mu, then Hub.mu: never taken the other way round
-		return true
-	case u.bytes+len(p.Data) > u.maxBytes:
+	}
+	if p.First() <= last {
+		if rest, ok := p.After(last); ok {
+			p = rest
+		}
+	}
+	if p.First() != last+1 {
+		return u.gap(p.First(), last)
+	}
+	fits, err := u.log.AppendCapped(partbuf.Part{Seq: p.Seq, FirstSeq: p.FirstSeq, Role: p.Role,
+		Data: []byte(p.Data), DeltaEnds: p.DeltaEnds}, u.maxBytes)
+	switch {
+	case err != nil:
+		return u.gap(p.First(), last)
+	case !fits:
 		u.full = true
 		return false
-	default:
-		p = p.Prepared() // checked, built and encoded once for every loop
-		u.log = append(u.log, p)
-		u.bytes += len(p.Data)
-		return true
 	}
+	p = p.Prepared() // checked, built and encoded once for every loop
+	if len(u.recent) >= 2*recentParts {
+		u.recent = slices.Clone(u.recent[len(u.recent)-recentParts+1:])
+	}
+	u.recent = append(u.recent, p)
+	return true
+}
+
+// recentParts is how many parts, as received, an upstream keeps beside its
+// coalesced log (up to twice as many): loops keeping up share them.
+const recentParts = 64
+
+// gap fails u on a part starting at seq first after last; u.mu must be
+// held.
+func (u *upstream) gap(first, last int64) bool {
+	u.failed = fmt.Errorf("%w: chat %s worker %s episode %d/%d: upstream sent seq %d after %d",
+		streamloop.ErrPartGap, u.key.chat, u.key.worker, u.ep.hv, u.ep.ga, first, last)
+	u.h.forget(u) // u.mu, then Hub.mu: never taken the other way round
+	return true
 }
 
 // selectEpisode makes u follow ep if it is newer than the one it follows
@@ -299,7 +332,7 @@ func (u *upstream) selectEpisode(ctx context.Context, ep episode) {
 		return
 	}
 	u.selected, u.ep = true, ep
-	u.log, u.bytes, u.full = nil, 0, false
+	u.log, u.recent, u.full = partbuf.Log{}, nil, false
 	u.publish()
 	// Under u.mu so that the upstream sees selections in the order the log
 	// is reset; Configure never blocks.
@@ -349,7 +382,7 @@ func (a *Anticipation) AwaitFirstPart(ctx context.Context) {
 	}
 	for {
 		v := a.u.view.Load()
-		if v.failed != nil || v.selected && (v.ep.newer(a.ep) || v.ep == a.ep && len(v.log) > 0) {
+		if v.failed != nil || v.selected && (v.ep.newer(a.ep) || v.ep == a.ep && v.snap.LastSeq() > 0) {
 			return
 		}
 		select {
@@ -462,18 +495,34 @@ func (s *Sub) Take(dst []streamloop.LivePart, max int) ([]streamloop.LivePart, e
 	if v.failed != nil {
 		return dst, v.failed
 	}
-	var log []streamloop.LivePart
-	if s.follows(v) {
-		log = v.log
+	if !s.follows(v) {
+		return dst, nil
 	}
-	end := min(int64(len(log)), s.cursor+int64(max))
-	for i := s.cursor; i < end; i++ {
-		dst = append(dst, log[i])
+	last := v.snap.LastSeq()
+	if s.cursor >= last {
+		return dst, nil
 	}
-	if end > s.cursor {
-		s.cursor = end
+	recent := v.recent
+	i := sort.Search(len(recent), func(i int) bool { return recent[i].Seq > s.cursor })
+	if i < len(recent) && recent[i].First() == s.cursor+1 {
+		// Keeping up: the parts as received, shared by every loop.
+		end := min(len(recent), i+max)
+		dst = append(dst, recent[i:end]...)
+		s.cursor = recent[end-1].Seq
+	} else {
+		// Joined late or fell behind: the log from the cursor, coalesced.
+		ep := s.ep
+		for n, p := range v.snap.After(s.cursor).Parts() {
+			if n == max {
+				break
+			}
+			lp := streamloop.LivePart{HistoryVersion: ep.hv, GenerationAttempt: ep.ga, Seq: p.Seq,
+				FirstSeq: p.FirstSeq, DeltaEnds: p.DeltaEnds, Role: p.Role, Data: string(p.Data)}
+			dst = append(dst, lp.Prepared())
+			s.cursor = p.Seq
+		}
 	}
-	s.again = int64(len(log)) > end // more: come back after the loop's other inputs
+	s.again = last > s.cursor // more: come back after the loop's other inputs
 	return dst, nil
 }
 

@@ -226,7 +226,7 @@ func (f *Forwarder) recv(ctx context.Context, st chatdv1.RelayService_StreamPart
 			timeline.Mark("stream.relay.part1")
 		}
 		lp := streamloop.LivePart{HistoryVersion: resp.HistoryVersion, GenerationAttempt: resp.GenerationAttempt,
-			Seq: p.Seq, Role: p.Role, Data: p.Data}
+			Seq: p.Seq, FirstSeq: p.FirstSeq, DeltaEnds: p.DeltaEnds, Role: p.Role, Data: p.Data}
 		select {
 		case f.out <- lp:
 		case <-ctx.Done():

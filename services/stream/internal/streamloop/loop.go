@@ -261,9 +261,14 @@ func (l *Loop) AppendPart(dst []Event, p LivePart) ([]Event, error) {
 		st.AttemptRetired || st.pending != nil || p.Seq <= st.PartSeq {
 		return dst, nil
 	}
-	if p.Seq != st.PartSeq+1 {
-		return dst, fmt.Errorf("%w: chat %s episode %d/%d: got seq %d after %d", ErrPartGap,
-			l.chatID, p.HistoryVersion, p.GenerationAttempt, p.Seq, st.PartSeq)
+	if p.First() != st.PartSeq+1 {
+		// A coalesced part the loop has the start of is cut after it.
+		rest, ok := p.After(st.PartSeq)
+		if p.First() > st.PartSeq || !ok {
+			return dst, fmt.Errorf("%w: chat %s episode %d/%d: got seq %d after %d", ErrPartGap,
+				l.chatID, p.HistoryVersion, p.GenerationAttempt, p.First(), st.PartSeq)
+		}
+		p = rest
 	}
 	mp := p.Message
 	if mp == nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+
+	"github.com/chatd/chatd/pkg/partbuf"
 )
 
 // LivePart is one streaming message part handed to the loop's Part
@@ -12,7 +14,13 @@ type LivePart struct {
 	HistoryVersion    int64
 	GenerationAttempt int64
 	Seq               int64
-	Role              string
+	// FirstSeq is the seq of the first delta a coalesced part carries (0
+	// for a single part), and DeltaEnds where each of its deltas' text
+	// ends (see partbuf.Log): a loop whose cursor is inside the part is
+	// handed its tail.
+	FirstSeq  int64
+	DeltaEnds []uint32
+	Role      string
 	// Data is the part as the worker buffered it (JSON text).
 	Data string
 	// JSON, when set, is Data as the part to emit, already checked (the
@@ -54,6 +62,28 @@ func PartJSON(data string) json.RawMessage {
 	}
 	b, _ := json.Marshal(data)
 	return b
+}
+
+// First is the seq of the first delta p carries.
+func (p LivePart) First() int64 {
+	if p.FirstSeq == 0 {
+		return p.Seq
+	}
+	return p.FirstSeq
+}
+
+// After returns the part of p after seq after (p itself when it starts
+// past it), and false when p cannot be cut there.
+func (p LivePart) After(after int64) (LivePart, bool) {
+	if p.First() > after {
+		return p, true
+	}
+	rest, ok := partbuf.Part{Seq: p.Seq, FirstSeq: p.FirstSeq, Role: p.Role, Data: []byte(p.Data), DeltaEnds: p.DeltaEnds}.Trim(after)
+	if !ok {
+		return LivePart{}, false
+	}
+	return LivePart{HistoryVersion: p.HistoryVersion, GenerationAttempt: p.GenerationAttempt, Seq: rest.Seq,
+		FirstSeq: rest.FirstSeq, DeltaEnds: rest.DeltaEnds, Role: rest.Role, Data: string(rest.Data)}, true
 }
 
 // ErrPartGap is the invariant violation of a part of the current episode

@@ -378,7 +378,7 @@ func TestInterruptKeepsPartialAndPromotesQueue(t *testing.T) {
 	require.Eventually(t, func() bool {
 		c := e.chat(id)
 		parts, err := e.parts.GetParts(partbuf.Episode{ChatID: id, HistoryVersion: c.HistoryVersion, GenerationAttempt: c.GenerationAttempt})
-		return err == nil && len(parts) >= 3
+		return err == nil && len(parts) > 0 && parts[len(parts)-1].Seq >= 3 // deltas are stored coalesced
 	}, waitFor, tick)
 	e.do(id, func(tx *chatstate.Tx) error {
 		_, err := tx.SendMessage(e.ctx, chatstate.UserMessage(text("::reply after")), chatstate.BusyQueue)
@@ -491,7 +491,7 @@ func TestHistoryChangeRestartsGeneration(t *testing.T) {
 	require.Eventually(t, func() bool {
 		c := e.chat(id)
 		parts, err := e.parts.GetParts(partbuf.Episode{ChatID: id, HistoryVersion: c.HistoryVersion, GenerationAttempt: c.GenerationAttempt})
-		return err == nil && len(parts) >= 2
+		return err == nil && len(parts) > 0 && parts[len(parts)-1].Seq >= 2 // deltas are stored coalesced
 	}, waitFor, tick)
 	rows, err := queries.New(e.pool).ChatMessageListActive(e.ctx, id)
 	require.NoError(t, err)
