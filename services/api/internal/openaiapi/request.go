@@ -228,3 +228,26 @@ func conversationID(raw json.RawMessage) (string, bool, error) {
 	}
 	return obj.ID, true, nil
 }
+
+// wantsStream reads GET /v1/responses/{id}'s stream flag: ?stream=true (the
+// Node and Python SDKs) or a JSON body {"stream": true} (the Go SDK sends
+// one even on a GET).
+func wantsStream(r *http.Request) (bool, error) {
+	switch r.URL.Query().Get("stream") {
+	case "true":
+		return true, nil
+	case "", "false":
+	default:
+		return false, badRequest("stream", "stream must be true or false.")
+	}
+	if r.ContentLength == 0 {
+		return false, nil
+	}
+	var body struct {
+		Stream bool `json:"stream"`
+	}
+	if err := decodeBody(r, &body); err != nil {
+		return false, err
+	}
+	return body.Stream, nil
+}

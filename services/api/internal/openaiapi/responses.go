@@ -213,7 +213,12 @@ func (h *Handler) getResponse(w http.ResponseWriter, r *http.Request, c auth.Cla
 		return
 	}
 	q := r.URL.Query()
-	if q.Get("stream") != "true" {
+	streaming, err := wantsStream(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if !streaming {
 		if q.Has("starting_after") {
 			h.fail(w, r, badRequest("starting_after", "starting_after needs stream=true."))
 			return
