@@ -128,7 +128,7 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 				files.Register(mux)
 				// The OpenAI-compatible surface calls the same ChatService
 				// methods in process with the caller's claims.
-				v1 := &openaiapi.Handler{Chats: srv, Q: queries.New(pool), Verifier: verifier, Limit: srv.limit, Log: log, MaxBody: maxBody}
+				v1 := &openaiapi.Handler{Chats: srv, Q: queries.New(pool), Verifier: verifier, Limit: srv.limit, Log: log, MaxBody: maxBody, Stopping: ctx.Done()}
 				v1.Register(mux)
 			}
 			chatdv1.RegisterChatServiceServer(s, srv)

@@ -42,6 +42,10 @@ type Handler struct {
 	Poll time.Duration
 	// MaxBody bounds a request body (413 beyond it).
 	MaxBody int64
+	// Stopping, closed when the service begins to stop, ends streams and
+	// waits at once rather than at the shutdown deadline: a stream's
+	// client resumes with starting_after on another replica.
+	Stopping <-chan struct{}
 }
 
 // DefaultPoll is how often a stream or a blocking create re-reads its
@@ -102,12 +106,15 @@ func (h *Handler) log() *slog.Logger {
 	return slog.Default()
 }
 
-// sleep waits one poll interval or until ctx ends (false).
+// sleep waits one poll interval; false when ctx ended or the service is
+// stopping.
 func (h *Handler) sleep(ctx context.Context) bool {
 	t := time.NewTimer(h.poll())
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return false
+	case <-h.Stopping:
 		return false
 	case <-t.C:
 		return true

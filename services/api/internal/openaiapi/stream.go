@@ -72,6 +72,9 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rec queries.Ope
 			return
 		}
 		if t, err = h.loadTurn(ctx, rec); err != nil {
+			if ctx.Err() != nil {
+				return // the client left
+			}
 			h.log().Warn("openai stream: read the turn", "response", rec.ID, "error", err)
 			writeStreamError(w, flusher)
 			return
