@@ -22,7 +22,7 @@ func TestChatRequestsOrganizationMigration(t *testing.T) {
 	e := setupOn(t, dbtest.NewPoolOn(t, dsn, dbpool.Options{MaxConns: 4}))
 	chat, _ := e.createChat(t, 0)
 
-	require.NoError(t, migrate.Down(ctx, dsn)) // before 00012
+	downTo(t, dsn, 11) // before 00012
 	_, err := e.pool.Exec(ctx, `INSERT INTO chat_requests (owner_id, kind, request_id, chat_id, input_hash, response, created_at)
 		VALUES ($1, 'create_chat', 'r1', $2, '\x00', '\x00', now() - interval '1 hour')`, e.user, chat)
 	require.NoError(t, err)
@@ -47,9 +47,27 @@ func TestChatRequestsOrganizationMigration(t *testing.T) {
 		VALUES ($1, $2, 'create_chat', 'r1', $3, '\x00', '\x00')`, other, e.user, otherChat)
 	require.ErrorContains(t, err, "chat_requests_pkey", "one record per organization, user, kind and ID")
 
-	require.NoError(t, migrate.Down(ctx, dsn))
+	downTo(t, dsn, 11)
 	var kept uuid.UUID
 	require.NoError(t, e.pool.QueryRow(ctx, `SELECT chat_id FROM chat_requests WHERE request_id = 'r1'`).Scan(&kept))
 	require.Equal(t, chat, kept, "the earliest record is kept")
 	require.NoError(t, migrate.Up(ctx, dsn))
+}
+
+// downTo rolls migrations back until version is the newest applied, so the
+// test keeps working as later migrations are added.
+func downTo(t *testing.T, dsn string, version int64) {
+	t.Helper()
+	ctx := context.Background()
+	pool := dbtest.NewPoolOn(t, dsn, dbpool.Options{MaxConns: 1})
+	for range 100 {
+		var current int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT max(version_id) FROM goose_db_version`).Scan(&current))
+		if current <= version {
+			require.Equal(t, version, current)
+			return
+		}
+		require.NoError(t, migrate.Down(ctx, dsn))
+	}
+	t.Fatalf("could not roll back to version %d", version)
 }
