@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/conversations"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
@@ -136,6 +137,24 @@ func TestOpenAISDKResponses(t *testing.T) {
 	cancelled, err := sdk.Responses.Cancel(ctx, stall.ID)
 	require.NoError(t, err)
 	require.Equal(t, responses.ResponseStatusCancelled, cancelled.Status)
+
+	// A conversation is a chat: its responses are its turns, its items
+	// their messages.
+	conv, err := sdk.Conversations.New(ctx, conversations.ConversationNewParams{Metadata: map[string]string{"k": "v"}})
+	require.NoError(t, err)
+	inConv, err := sdk.Responses.New(ctx, responses.ResponseNewParams{Model: model, Input: textInput("::reply in a conversation"),
+		Conversation: responses.ResponseNewParamsConversationUnion{OfString: openai.String(conv.ID)}})
+	require.NoError(t, err)
+	require.Equal(t, "in a conversation", inConv.OutputText())
+	require.Equal(t, conv.ID, inConv.Conversation.ID)
+	items, err := sdk.Conversations.Items.List(ctx, conv.ID, conversations.ItemListParams{Order: conversations.ItemListParamsOrderAsc})
+	require.NoError(t, err)
+	require.Len(t, items.Data, 2)
+	require.Equal(t, "user", string(items.Data[0].Role))
+	require.Equal(t, "assistant", string(items.Data[1].Role))
+	deleted, err := sdk.Conversations.Delete(ctx, conv.ID)
+	require.NoError(t, err)
+	require.True(t, deleted.Deleted)
 
 	// Errors arrive as the SDK's error type with OpenAI's statuses.
 	_, err = sdk.Responses.Get(ctx, "resp_00000000000000000000000000000000", responses.ResponseGetParams{})

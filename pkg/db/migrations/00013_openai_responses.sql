@@ -25,5 +25,14 @@ CREATE TABLE openai_responses (
 );
 CREATE INDEX openai_responses_chat ON openai_responses (chat_id, created_at);
 
+-- A conversation of /v1/conversations is a chat; this keeps its metadata.
+-- Any chat of the caller is a conversation, with or without a row here.
+CREATE TABLE openai_conversations (
+    chat_id uuid PRIMARY KEY REFERENCES chats (id) ON DELETE CASCADE,
+    metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
 -- +goose Down
+DROP TABLE openai_conversations;
 DROP TABLE openai_responses;

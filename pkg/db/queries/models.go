@@ -448,6 +448,12 @@ type ChatWorker struct {
 	StartedAt   time.Time
 }
 
+type OpenaiConversation struct {
+	ChatID    uuid.UUID
+	Metadata  json.RawMessage
+	CreatedAt time.Time
+}
+
 type OpenaiResponse struct {
 	ID                 uuid.UUID
 	OrganizationID     uuid.UUID

@@ -21,3 +21,12 @@ UPDATE openai_responses SET message_id = @message_id WHERE id = @id AND message_
 SELECT id FROM chat_messages
 WHERE chat_id = @chat_id AND queued_message_id = @queued_message_id AND NOT deleted
 ORDER BY id LIMIT 1;
+
+-- name: OpenAIResponseDelete :exec
+DELETE FROM openai_responses WHERE id = @id;
+
+-- name: OpenAIConversationInsert :exec
+INSERT INTO openai_conversations (chat_id, metadata) VALUES (@chat_id, @metadata);
+
+-- name: OpenAIConversationMetadata :one
+SELECT metadata FROM openai_conversations WHERE chat_id = @chat_id;

@@ -12,6 +12,31 @@ import (
 	"github.com/google/uuid"
 )
 
+const openAIConversationInsert = `-- name: OpenAIConversationInsert :exec
+INSERT INTO openai_conversations (chat_id, metadata) VALUES ($1, $2)
+`
+
+type OpenAIConversationInsertParams struct {
+	ChatID   uuid.UUID
+	Metadata json.RawMessage
+}
+
+func (q *Queries) OpenAIConversationInsert(ctx context.Context, arg OpenAIConversationInsertParams) error {
+	_, err := q.db.Exec(ctx, openAIConversationInsert, arg.ChatID, arg.Metadata)
+	return err
+}
+
+const openAIConversationMetadata = `-- name: OpenAIConversationMetadata :one
+SELECT metadata FROM openai_conversations WHERE chat_id = $1
+`
+
+func (q *Queries) OpenAIConversationMetadata(ctx context.Context, chatID uuid.UUID) (json.RawMessage, error) {
+	row := q.db.QueryRow(ctx, openAIConversationMetadata, chatID)
+	var metadata json.RawMessage
+	err := row.Scan(&metadata)
+	return metadata, err
+}
+
 const openAIPromotedMessage = `-- name: OpenAIPromotedMessage :one
 SELECT id FROM chat_messages
 WHERE chat_id = $1 AND queued_message_id = $2 AND NOT deleted
@@ -56,6 +81,15 @@ func (q *Queries) OpenAIResponseCancel(ctx context.Context, id uuid.UUID) (Opena
 		&i.CreatedAt,
 	)
 	return i, err
+}
+
+const openAIResponseDelete = `-- name: OpenAIResponseDelete :exec
+DELETE FROM openai_responses WHERE id = $1
+`
+
+func (q *Queries) OpenAIResponseDelete(ctx context.Context, id uuid.UUID) error {
+	_, err := q.db.Exec(ctx, openAIResponseDelete, id)
+	return err
 }
 
 const openAIResponseGet = `-- name: OpenAIResponseGet :one

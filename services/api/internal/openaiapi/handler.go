@@ -59,6 +59,12 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/responses", h.authed(h.createResponse))
 	mux.HandleFunc("GET /v1/responses/{id}", h.authed(h.getResponse))
 	mux.HandleFunc("POST /v1/responses/{id}/cancel", h.authed(h.cancelResponse))
+	mux.HandleFunc("DELETE /v1/responses/{id}", h.authed(h.deleteResponse))
+	mux.HandleFunc("GET /v1/responses/{id}/input_items", h.authed(h.listInputItems))
+	mux.HandleFunc("POST /v1/conversations", h.authed(h.createConversation))
+	mux.HandleFunc("GET /v1/conversations/{id}", h.authed(h.getConversation))
+	mux.HandleFunc("DELETE /v1/conversations/{id}", h.authed(h.deleteConversation))
+	mux.HandleFunc("GET /v1/conversations/{id}/items", h.authed(h.listConversationItems))
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "unknown_url",
 			Message: "There is no endpoint " + r.Method + " " + r.URL.Path + " in chatd's OpenAI-compatible API (see docs/openai.md)."})
