@@ -24,6 +24,10 @@ CREATE TABLE openai_responses (
     CHECK (message_id IS NOT NULL OR queued_message_id IS NOT NULL)
 );
 CREATE INDEX openai_responses_chat ON openai_responses (chat_id, created_at);
+-- One response per turn: a request repeated with its Idempotency-Key finds
+-- the first one's record instead of adding a second.
+CREATE UNIQUE INDEX openai_responses_message ON openai_responses (chat_id, message_id);
+CREATE UNIQUE INDEX openai_responses_queued ON openai_responses (chat_id, queued_message_id);
 
 -- A conversation of /v1/conversations is a chat; this keeps its metadata.
 -- Any chat of the caller is a conversation, with or without a row here.

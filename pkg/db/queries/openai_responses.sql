@@ -5,6 +5,13 @@ VALUES (@id, @organization_id, @owner_id, @chat_id, sqlc.narg(message_id), sqlc.
     @model, sqlc.narg(instructions), @metadata, @background, sqlc.narg(previous_response_id), @conversation)
 RETURNING *;
 
+-- name: OpenAIResponseOfTurn :one
+-- The response of a turn, by its user message or its queued message.
+SELECT * FROM openai_responses
+WHERE chat_id = @chat_id
+  AND (message_id = sqlc.narg(message_id) OR queued_message_id = sqlc.narg(queued_message_id))
+ORDER BY created_at LIMIT 1;
+
 -- name: OpenAIResponseGet :one
 SELECT * FROM openai_responses WHERE id = @id;
 

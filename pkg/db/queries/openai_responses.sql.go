@@ -176,6 +176,42 @@ func (q *Queries) OpenAIResponseInsert(ctx context.Context, arg OpenAIResponseIn
 	return i, err
 }
 
+const openAIResponseOfTurn = `-- name: OpenAIResponseOfTurn :one
+SELECT id, organization_id, owner_id, chat_id, message_id, queued_message_id, model, instructions, metadata, background, previous_response_id, conversation, cancelled_at, created_at FROM openai_responses
+WHERE chat_id = $1
+  AND (message_id = $2 OR queued_message_id = $3)
+ORDER BY created_at LIMIT 1
+`
+
+type OpenAIResponseOfTurnParams struct {
+	ChatID          uuid.UUID
+	MessageID       *int64
+	QueuedMessageID *int64
+}
+
+// The response of a turn, by its user message or its queued message.
+func (q *Queries) OpenAIResponseOfTurn(ctx context.Context, arg OpenAIResponseOfTurnParams) (OpenaiResponse, error) {
+	row := q.db.QueryRow(ctx, openAIResponseOfTurn, arg.ChatID, arg.MessageID, arg.QueuedMessageID)
+	var i OpenaiResponse
+	err := row.Scan(
+		&i.ID,
+		&i.OrganizationID,
+		&i.OwnerID,
+		&i.ChatID,
+		&i.MessageID,
+		&i.QueuedMessageID,
+		&i.Model,
+		&i.Instructions,
+		&i.Metadata,
+		&i.Background,
+		&i.PreviousResponseID,
+		&i.Conversation,
+		&i.CancelledAt,
+		&i.CreatedAt,
+	)
+	return i, err
+}
+
 const openAIResponseSetMessage = `-- name: OpenAIResponseSetMessage :exec
 UPDATE openai_responses SET message_id = $1 WHERE id = $2 AND message_id IS NULL
 `

@@ -30,7 +30,12 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request, c auth.
 		h.fail(w, r, err)
 		return
 	}
-	rec, err := h.startTurn(r.Context(), c, &req)
+	key, err := idempotencyKey(r)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	rec, err := h.startTurn(r.Context(), c, &req, key)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -47,8 +52,9 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request, c auth.
 
 // startTurn checks the request, sends its input as a user message (to a
 // new chat, the conversation's chat or the previous response's chat) and
-// records the response.
-func (h *Handler) startTurn(ctx context.Context, c auth.Claims, req *createRequest) (queries.OpenaiResponse, error) {
+// records the response. With an Idempotency-Key, a repeated request finds
+// the first one's turn (ChatService's request_id) and answers its record.
+func (h *Handler) startTurn(ctx context.Context, c auth.Claims, req *createRequest, key *string) (queries.OpenaiResponse, error) {
 	if err := req.validate(); err != nil {
 		return queries.OpenaiResponse{}, err
 	}
@@ -76,15 +82,15 @@ func (h *Handler) startTurn(ctx context.Context, c auth.Claims, req *createReque
 		return queries.OpenaiResponse{}, err
 	}
 	if chatID == "" {
-		chatID, err = h.newChat(ctx, req, m, content, &ins)
+		chatID, err = h.newChat(ctx, req, m, content, key, &ins)
 	} else {
-		err = h.send(ctx, chatID, m, content, &ins)
+		err = h.send(ctx, chatID, m, content, key, &ins)
 	}
 	if err != nil {
-		return queries.OpenaiResponse{}, err
+		return queries.OpenaiResponse{}, keyWords(err)
 	}
 	ins.ChatID = chatUUID(chatID)
-	return h.Q.OpenAIResponseInsert(ctx, ins)
+	return h.storeResponse(ctx, ins, key != nil)
 }
 
 // continuedChat is the chat previous_response_id or conversation names
@@ -136,9 +142,9 @@ func (h *Handler) continuedChat(ctx context.Context, c auth.Claims, req *createR
 
 // newChat creates the response's chat; its first user message starts the
 // turn.
-func (h *Handler) newChat(ctx context.Context, req *createRequest, m model, content []*chatdv1.MessagePart, ins *queries.OpenAIResponseInsertParams) (string, error) {
+func (h *Handler) newChat(ctx context.Context, req *createRequest, m model, content []*chatdv1.MessagePart, key *string, ins *queries.OpenAIResponseInsertParams) (string, error) {
 	created, err := h.Chats.CreateChat(ctx, &chatdv1.CreateChatRequest{
-		Content: content, SystemPrompt: req.Instructions, ModelConfigId: &m.ModelConfigID,
+		Content: content, SystemPrompt: req.Instructions, ModelConfigId: &m.ModelConfigID, RequestId: key,
 	})
 	if err != nil {
 		return "", err
@@ -161,9 +167,9 @@ func (h *Handler) newChat(ctx context.Context, req *createRequest, m model, cont
 
 // send adds the input to an existing chat: a new turn, or queued behind
 // the running one (the response is then queued).
-func (h *Handler) send(ctx context.Context, chatID string, m model, content []*chatdv1.MessagePart, ins *queries.OpenAIResponseInsertParams) error {
+func (h *Handler) send(ctx context.Context, chatID string, m model, content []*chatdv1.MessagePart, key *string, ins *queries.OpenAIResponseInsertParams) error {
 	sent, err := h.Chats.SendMessage(ctx, &chatdv1.SendMessageRequest{
-		ChatId: chatID, Content: content, BusyBehavior: "queue", ModelConfigId: &m.ModelConfigID,
+		ChatId: chatID, Content: content, BusyBehavior: "queue", ModelConfigId: &m.ModelConfigID, RequestId: key,
 	})
 	if err != nil {
 		return err
