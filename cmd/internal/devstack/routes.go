@@ -12,8 +12,8 @@ import (
 )
 
 // routes is the stack's front door, routed as a production ingress routes
-// chatd: a chat's stream to the stream service, the rest of /api/v2 to the
-// api's REST facade, / to the web UI. Each hop is a reverse proxy over the
+// chatd: a chat's stream to the stream service, the rest of /api/v2 and
+// the OpenAI-compatible /v1 to the api, / to the web UI. Each hop is a reverse proxy over the
 // in-memory network.
 func routes(network *service.InProcess, ui http.Handler) http.Handler {
 	transport := &http.Transport{
@@ -32,6 +32,7 @@ func routes(network *service.InProcess, ui http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/api/v2/chats/{chat}/stream", stream)
 	mux.Handle("/api/v2/", api)
+	mux.Handle("/v1/", api)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		for _, name := range []string{apiHTTP, streamHTTP} {
 			if err := healthy(r.Context(), transport, name); err != nil {
@@ -47,7 +48,7 @@ func routes(network *service.InProcess, ui http.Handler) http.Handler {
 				http.NotFound(w, r)
 				return
 			}
-			fmt.Fprintln(w, "chatd dev: the REST API is under /api/v2 (OpenAPI at /api/v2/openapi.json).")
+			fmt.Fprintln(w, "chatd dev: the REST API is under /api/v2 (OpenAPI at /api/v2/openapi.json); the OpenAI-compatible API under /v1.")
 		})
 	}
 	mux.Handle("/", ui)

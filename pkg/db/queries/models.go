@@ -460,6 +460,29 @@ type ChatWorker struct {
 	StartedAt   time.Time
 }
 
+type OpenaiConversation struct {
+	ChatID    uuid.UUID
+	Metadata  json.RawMessage
+	CreatedAt time.Time
+}
+
+type OpenaiResponse struct {
+	ID                 uuid.UUID
+	OrganizationID     uuid.UUID
+	OwnerID            uuid.UUID
+	ChatID             uuid.UUID
+	MessageID          *int64
+	QueuedMessageID    *int64
+	Model              string
+	Instructions       *string
+	Metadata           json.RawMessage
+	Background         bool
+	PreviousResponseID *uuid.UUID
+	Conversation       bool
+	CancelledAt        *time.Time
+	CreatedAt          time.Time
+}
+
 type Organization struct {
 	ID        uuid.UUID
 	Name      string

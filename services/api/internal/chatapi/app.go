@@ -23,6 +23,7 @@ import (
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/secrets"
 	"github.com/chatd/chatd/pkg/service"
+	"github.com/chatd/chatd/services/api/internal/openaiapi"
 )
 
 // AppConfig is everything the api service needs to run.
@@ -125,6 +126,10 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 			if mux != nil {
 				files := &FilesHandler{Q: queries.New(pool), Verifier: verifier, MaxBytes: srv.maxAttachmentBytes(), Log: log, Limit: srv.limit}
 				files.Register(mux)
+				// The OpenAI-compatible surface calls the same ChatService
+				// methods in process with the caller's claims.
+				v1 := &openaiapi.Handler{Chats: srv, Q: queries.New(pool), Verifier: verifier, Limit: srv.limit, Log: log, MaxBody: maxBody, Stopping: ctx.Done()}
+				v1.Register(mux)
 			}
 			chatdv1.RegisterChatServiceServer(s, srv)
 			chatdv1.RegisterMcpServerServiceServer(s, srv.MCPServers())
