@@ -9,9 +9,11 @@ package e2e_test
 // digest and CHATD_SECRETS_KEYS.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -77,72 +80,171 @@ func keyedProvider(t *testing.T, apiKey, reply string) (*httptest.Server, *atomi
 	return srv, &ok, &refused
 }
 
+// turnTimeout bounds one turn of runTurn: generous, because the suite
+// runs it beside builds and other stacks on a loaded machine.
+const turnTimeout = 90 * time.Second
+
 // runTurn sends prompt to chat as token and waits for the turn to end;
-// it returns the chat's status and last error and the last assistant text.
-func runTurn(t *testing.T, s *stacktest.Stack, token, chat, prompt string) (status, lastError, reply string) {
-	t.Helper()
-	before := assistantCount(t, s, token, chat)
-	code, raw := restCall(t, s, token, "POST", "/api/v2/chats/"+chat+"/messages",
-		map[string]any{"content": []map[string]any{{"type": "text", "text": prompt}}})
-	require.Equal(t, http.StatusCreated, code, "%s", raw)
-	deadline := time.Now().Add(90 * time.Second)
+// it returns the chat's status and last error and the text of the reply.
+// It never fails the test itself (goroutines call it): a turn that does
+// not end, or a request that fails, is an error that says where the chat
+// was left.
+//
+// The reply is looked for after the newest message from before the send
+// (the after cursor), not by counting assistant messages: a message list
+// is one page of the newest messages, and a chat that ran more turns than
+// a page holds would count the same number forever.
+func runTurn(s *stacktest.Stack, token, chat, prompt string) (status, lastError, reply string, err error) {
+	var newest messagePage
+	if err := apiJSON(s, token, "GET", "/api/v2/chats/"+chat+"/messages?page_size=1", http.StatusOK, nil, &newest); err != nil {
+		return "", "", "", err
+	}
+	after := "0"
+	if n := len(newest.Messages); n > 0 {
+		after = newest.Messages[n-1].ID.String()
+	}
+	var created json.RawMessage
+	if err := apiJSON(s, token, "POST", "/api/v2/chats/"+chat+"/messages", http.StatusCreated,
+		map[string]any{"content": []map[string]any{{"type": "text", "text": prompt}}}, &created); err != nil {
+		return "", "", "", err
+	}
+	deadline := time.Now().Add(turnTimeout)
 	for time.Now().Before(deadline) {
-		code, raw := restCall(t, s, token, "GET", "/api/v2/chats/"+chat, nil)
-		require.Equal(t, http.StatusOK, code, "%s", raw)
 		var c struct {
 			Status    string `json:"status"`
 			LastError string `json:"last_error"`
 		}
-		require.NoError(t, json.Unmarshal(raw, &c))
+		if err := apiJSON(s, token, "GET", "/api/v2/chats/"+chat, http.StatusOK, nil, &c); err != nil {
+			return "", "", "", err
+		}
 		if c.Status == "error" {
-			return c.Status, c.LastError, ""
+			return c.Status, c.LastError, "", nil
 		}
 		if c.Status == "waiting" {
-			if n, text := lastAssistant(t, s, token, chat); n > before {
-				return c.Status, c.LastError, text
+			var page messagePage
+			if err := apiJSON(s, token, "GET", "/api/v2/chats/"+chat+"/messages?after="+after, http.StatusOK, nil, &page); err != nil {
+				return "", "", "", err
+			}
+			if text, ok := page.lastAssistant(); ok {
+				return c.Status, c.LastError, text, nil
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Fatalf("the turn of chat %s did not end\n%s", chat, s.Stderr())
-	return "", "", ""
+	return "", "", "", fmt.Errorf("the turn of chat %s did not end within %s of sending %q after message %s\n%s",
+		chat, turnTimeout, prompt, after, chatReport(s, token, chat))
 }
 
-func assistantCount(t *testing.T, s *stacktest.Stack, token, chat string) int {
-	n, _ := lastAssistant(t, s, token, chat)
-	return n
+// messagePage is a page of GET /api/v2/chats/{id}/messages.
+type messagePage struct {
+	Messages []struct {
+		ID      json.Number `json:"id"`
+		Role    string      `json:"role"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
+	} `json:"messages"`
 }
 
-// lastAssistant returns how many assistant messages chat has and the text
-// of the last one.
-func lastAssistant(t *testing.T, s *stacktest.Stack, token, chat string) (int, string) {
-	t.Helper()
-	code, raw := restCall(t, s, token, "GET", "/api/v2/chats/"+chat+"/messages", nil)
-	require.Equal(t, http.StatusOK, code, "%s", raw)
-	var out struct {
-		Messages []struct {
-			Role    string `json:"role"`
-			Content []struct {
-				Type string `json:"type"`
-				Text string `json:"text"`
-			} `json:"content"`
-		} `json:"messages"`
-	}
-	require.NoError(t, json.Unmarshal(raw, &out))
-	n, text := 0, ""
-	for _, m := range out.Messages {
+// lastAssistant is the text of the page's last assistant message; false
+// when it has none.
+func (p messagePage) lastAssistant() (string, bool) {
+	for i := len(p.Messages) - 1; i >= 0; i-- {
+		m := p.Messages[i]
 		if m.Role != "assistant" {
 			continue
 		}
-		n++
-		text = ""
-		for _, p := range m.Content {
-			if p.Type == "text" {
-				text += p.Text
+		text := ""
+		for _, part := range m.Content {
+			if part.Type == "text" {
+				text += part.Text
 			}
 		}
+		return text, true
 	}
-	return n, text
+	return "", false
+}
+
+// chatReport describes where chat is: its status, owner and lease as
+// stored, and its messages, for a failure to explain itself.
+func chatReport(s *stacktest.Stack, token, chat string) string {
+	var b strings.Builder
+	var c json.RawMessage
+	if err := apiJSON(s, token, "GET", "/api/v2/chats/"+chat, http.StatusOK, nil, &c); err != nil {
+		fmt.Fprintf(&b, "chat: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "chat: %s\n", c)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var row string
+	err := pgxQueryRow(ctx, s.DatabaseURL, `SELECT format('status %s, worker %s, runner %s, snapshot %s, history %s, queue %s, attempt %s, heartbeat %s ago, updated %s ago',
+		c.status, c.worker_id, c.runner_id, c.snapshot_version, c.history_version, c.queue_version, c.generation_attempt,
+		now() - hb.heartbeat_at, now() - c.updated_at)
+		FROM chats c LEFT JOIN chat_heartbeats hb ON hb.chat_id = c.id AND hb.runner_id = c.runner_id WHERE c.id = $1`, chat, &row)
+	if err != nil {
+		fmt.Fprintf(&b, "row: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "row: %s\n", row)
+	}
+	var msgs json.RawMessage
+	if err := apiJSON(s, token, "GET", "/api/v2/chats/"+chat+"/messages", http.StatusOK, nil, &msgs); err != nil {
+		fmt.Fprintf(&b, "messages: %v\n", err)
+	} else {
+		fmt.Fprintf(&b, "messages: %s\n", msgs)
+	}
+	fmt.Fprintf(&b, "services:\n%s", s.Stderr())
+	return b.String()
+}
+
+// pgxQueryRow scans the one text column of query's row into out.
+func pgxQueryRow(ctx context.Context, url, query string, arg any, out *string) error {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	return conn.QueryRow(ctx, query, arg).Scan(out)
+}
+
+// apiJSON calls the api and decodes a response with status want into out;
+// anything else is an error quoting the response.
+func apiJSON(s *stacktest.Stack, token, method, path string, want int, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(raw)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+s.APIHTTP+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if resp.StatusCode != want {
+		return fmt.Errorf("%s %s: status %d, want %d: %s", method, path, resp.StatusCode, want, raw)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("%s %s: %w: %s", method, path, err, raw)
+	}
+	return nil
 }
 
 func TestSecretsRotationUnderLoad(t *testing.T) {
@@ -196,6 +298,10 @@ func TestSecretsRotationUnderLoad(t *testing.T) {
 		map[string]any{"provider_id": used.ID.String(), "model": "m", "is_default": true})
 	require.Equal(t, http.StatusCreated, code, "%s", raw)
 
+	// Built before the turns start: how long a build takes on a busy
+	// machine must not decide how many turns the chats run.
+	chatd := servicetest.Build(t, filepath.Join(stacktest.RepoRoot(t), "cmd/chatd"))
+
 	// Turns on four chats, one after another on each, until rotation is
 	// done and every chat ran a turn after it.
 	chats := make([]string, 4)
@@ -207,7 +313,7 @@ func TestSecretsRotationUnderLoad(t *testing.T) {
 		chats[i] = c.ID
 	}
 	var rotated atomic.Bool
-	var turns atomic.Int64
+	var turns, slowest atomic.Int64
 	var wg sync.WaitGroup
 	failures := make(chan string, len(chats))
 	for _, chat := range chats {
@@ -216,7 +322,17 @@ func TestSecretsRotationUnderLoad(t *testing.T) {
 				if rotated.Load() {
 					after++
 				}
-				status, lastErr, text := runTurn(t, s, token, chat, "hello")
+				began := time.Now()
+				status, lastErr, text, err := runTurn(s, token, chat, "hello")
+				for took := int64(time.Since(began)); ; {
+					if prev := slowest.Load(); took <= prev || slowest.CompareAndSwap(prev, took) {
+						break
+					}
+				}
+				if err != nil {
+					failures <- err.Error()
+					return
+				}
 				if status != "waiting" || text != reply {
 					failures <- fmt.Sprintf("chat %s: status %s, error %q, reply %q", chat, status, lastErr, text)
 					return
@@ -225,10 +341,20 @@ func TestSecretsRotationUnderLoad(t *testing.T) {
 			}
 		})
 	}
+	// Rotation starts once turns run; if none can, the failures say why.
+	turnsDone := make(chan struct{})
+	go func() { wg.Wait(); close(turnsDone) }()
 	for turns.Load() < 2 {
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-turnsDone:
+			close(failures)
+			for f := range failures {
+				t.Error(f)
+			}
+			t.Fatalf("the turns ended before two succeeded")
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	chatd := servicetest.Build(t, filepath.Join(stacktest.RepoRoot(t), "cmd/chatd"))
 	env := servicetest.Env("CHATD_DATABASE_URL="+s.DatabaseURL, secrets.EnvKeys+"="+newKey+","+oldKey)
 	var rotations sync.WaitGroup
 	outs := make([]string, 2)
@@ -257,7 +383,7 @@ func TestSecretsRotationUnderLoad(t *testing.T) {
 		"every credential is under the new key; rotate output:\n%s", strings.Join(outs, "\n"))
 	require.Zero(t, refused.Load(), "the provider never got a wrong key")
 	require.GreaterOrEqual(t, calls.Load(), int64(2*len(chats)))
-	t.Logf("%d turns ran while two processes rotated 41 rows", turns.Load())
+	t.Logf("%d turns ran while two processes rotated 41 rows; the slowest took %s", turns.Load(), time.Duration(slowest.Load()))
 
 	// A provider stored under a key the services do not hold fails its
 	// model call, naming the key and the setting.
@@ -274,7 +400,8 @@ func TestSecretsRotationUnderLoad(t *testing.T) {
 	require.Equal(t, http.StatusCreated, code, "%s", raw)
 	var strayChat struct{ ID string }
 	require.NoError(t, json.Unmarshal(raw, &strayChat))
-	status, lastErr, _ := runTurn(t, s, token, strayChat.ID, "hello again")
+	status, lastErr, _, err := runTurn(s, token, strayChat.ID, "hello again")
+	require.NoError(t, err)
 	require.Equal(t, "error", status)
 	t.Logf("the stray provider's turn failed with: %s", lastErr)
 	require.Contains(t, lastErr, strayKeys.Primary())
