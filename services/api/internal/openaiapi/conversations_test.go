@@ -9,7 +9,7 @@ import (
 )
 
 func TestConversationIsAChat(t *testing.T) {
-	s := startServer(t)
+	s := setup(t)
 	tok, other := s.token(), s.token()
 	model := defaultModel(t, s, tok)
 	conv := s.do("POST", "/v1/conversations", tok, map[string]any{"metadata": map[string]string{"topic": "billing"}})

@@ -12,7 +12,7 @@ import (
 )
 
 // postWithKey creates a response with an Idempotency-Key.
-func (s *server) postWithKey(token, key string, body map[string]any) reply {
+func (s *fixture) postWithKey(token, key string, body map[string]any) reply {
 	s.t.Helper()
 	raw, err := json.Marshal(body)
 	require.NoError(s.t, err)
@@ -31,7 +31,7 @@ func (s *server) postWithKey(token, key string, body map[string]any) reply {
 }
 
 func TestIdempotencyKeyAnswersTheFirstResponse(t *testing.T) {
-	s := startServer(t)
+	s := setup(t)
 	tok := s.token()
 	model := defaultModel(t, s, tok)
 	body := map[string]any{"model": model, "input": "once", "background": true}

@@ -11,7 +11,7 @@ import (
 
 // defaultModel is the id GET /v1/models lists for a new organization's
 // default (scripted) model.
-func defaultModel(t *testing.T, s *server, token string) string {
+func defaultModel(t *testing.T, s *fixture, token string) string {
 	t.Helper()
 	r := s.do("GET", "/v1/models", token, nil)
 	require.Equal(t, http.StatusOK, r.code, "%s", r.raw)
@@ -25,7 +25,7 @@ func defaultModel(t *testing.T, s *server, token string) string {
 }
 
 func TestModelsListsTheOrganizationsConfigs(t *testing.T) {
-	s := startServer(t)
+	s := setup(t)
 	tok := s.token()
 	id := defaultModel(t, s, tok)
 	got := s.do("GET", "/v1/models/"+id, tok, nil)
@@ -37,7 +37,7 @@ func TestModelsListsTheOrganizationsConfigs(t *testing.T) {
 }
 
 func TestBackgroundResponseIsCancelledByInterrupt(t *testing.T) {
-	s := startServer(t)
+	s := setup(t)
 	tok := s.token()
 	model := defaultModel(t, s, tok)
 	created := s.do("POST", "/v1/responses", tok, map[string]any{
@@ -83,7 +83,7 @@ func TestBackgroundResponseIsCancelledByInterrupt(t *testing.T) {
 }
 
 func TestQueuedResponseCancelDropsItsMessage(t *testing.T) {
-	s := startServer(t)
+	s := setup(t)
 	tok := s.token()
 	model := defaultModel(t, s, tok)
 	first := s.do("POST", "/v1/responses", tok, map[string]any{"model": model, "input": "one", "background": true})
@@ -105,7 +105,7 @@ func TestQueuedResponseCancelDropsItsMessage(t *testing.T) {
 }
 
 func TestResponsesAreTheCallersOnly(t *testing.T) {
-	s := startServer(t)
+	s := setup(t)
 	owner, other := s.token(), s.token()
 	created := s.do("POST", "/v1/responses", owner, map[string]any{"model": defaultModel(t, s, owner), "input": "mine", "background": true})
 	require.Equal(t, http.StatusOK, created.code, "%s", created.raw)
@@ -131,7 +131,7 @@ func TestResponsesAreTheCallersOnly(t *testing.T) {
 }
 
 func TestAuthAndHostileInput(t *testing.T) {
-	s := startServer(t)
+	s := setup(t)
 	tok := s.token()
 	model := defaultModel(t, s, tok)
 	noAuth := s.do("GET", "/v1/models", "", nil)
@@ -176,7 +176,7 @@ func TestAuthAndHostileInput(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, r.code, "an unknown response is a 404 before its cursor is read")
 }
 
-func (s *server) stream(token, id string, after int) []sseEvent {
+func (s *fixture) stream(token, id string, after int) []sseEvent {
 	s.t.Helper()
 	path := "/v1/responses/" + id + "?stream=true"
 	if after >= 0 {

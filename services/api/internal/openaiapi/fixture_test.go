@@ -26,15 +26,15 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 
 const testSecret = "openai-test-secret-openai-test-secret-01"
 
-// server is the api service (no worker): real Postgres, in-process NATS,
+// fixture is the api service (no worker): real Postgres, in-process NATS,
 // the real HTTP listener.
-type server struct {
+type fixture struct {
 	t      *testing.T
 	base   string
 	signer *auth.Signer
 }
 
-func startServer(t *testing.T, opts ...func(*chatapi.AppConfig)) *server {
+func setup(t *testing.T, opts ...func(*chatapi.AppConfig)) *fixture {
 	t.Helper()
 	glis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -62,7 +62,7 @@ func startServer(t *testing.T, opts ...func(*chatapi.AppConfig)) *server {
 	})
 	signer, err := auth.NewSigner([]byte(testSecret))
 	require.NoError(t, err)
-	s := &server{t: t, base: "http://" + hlis.Addr().String(), signer: signer}
+	s := &fixture{t: t, base: "http://" + hlis.Addr().String(), signer: signer}
 	require.Eventually(t, func() bool {
 		resp, err := http.Get(s.base + "/healthz")
 		if err != nil {
@@ -75,7 +75,7 @@ func startServer(t *testing.T, opts ...func(*chatapi.AppConfig)) *server {
 }
 
 // token is a new user's bearer token in a new organization.
-func (s *server) token() string {
+func (s *fixture) token() string {
 	tok, err := s.signer.Sign(auth.Claims{UserID: uuid.New(), OrganizationID: uuid.New()}, time.Hour)
 	require.NoError(s.t, err)
 	return tok
@@ -94,7 +94,7 @@ func (r reply) errorField(name string) any {
 	return e[name]
 }
 
-func (s *server) do(method, path, token string, body any) reply {
+func (s *fixture) do(method, path, token string, body any) reply {
 	s.t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
