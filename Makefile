@@ -12,10 +12,10 @@ GOTESTFLAGS ?= -count=1 -timeout 20m
 BENCHFLAGS ?= -benchmem
 
 # The packages with concurrent code run under the race detector in
-# `make test` (the state machine, notifications, the part buffer and its
-# RPC, the hooks dispatcher, and every package of the worker, stream and
-# relay); the rest run without it, so the suite stays well inside CI's time.
-RACE_PATTERNS := ./pkg/chatstate/... ./pkg/notify/... ./pkg/partbuf/... ./pkg/partsrpc/... \
+# `make test` (the state machine, notifications, the part buffer, the hooks
+# dispatcher, and every package of the worker, stream and relay); the rest
+# run without it, so the suite stays well inside CI's time.
+RACE_PATTERNS := ./pkg/chatstate/... ./pkg/notify/... ./pkg/partbuf/... \
 	./pkg/hooks/... ./services/worker/... ./services/stream/... ./services/relay/... \
 	./cmd/internal/loadgen/...
 RACE_PKGS = $(shell go list $(RACE_PATTERNS))

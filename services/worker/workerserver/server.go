@@ -17,7 +17,6 @@ import (
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/notify"
 	"github.com/chatd/chatd/pkg/partbuf"
-	"github.com/chatd/chatd/pkg/partsrpc"
 	"github.com/chatd/chatd/pkg/secrets"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/pkg/telemetry"
@@ -27,6 +26,7 @@ import (
 	"github.com/chatd/chatd/services/worker/internal/manager"
 	"github.com/chatd/chatd/services/worker/internal/mcptools"
 	"github.com/chatd/chatd/services/worker/internal/runner"
+	"github.com/chatd/chatd/services/worker/partsrpc"
 )
 
 // name is the service's short name: its health service is "chatd.v1.worker".
