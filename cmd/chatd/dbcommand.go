@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"slices"
+
+	"github.com/chatd/chatd/pkg/db/dbpool"
 )
 
 // envDatabaseURL is the variable the database commands read when
@@ -105,6 +107,11 @@ func (c *dbCommand[A]) database() (dsn string, ok bool) {
 // reports as "chatd <name> <action>: …".
 func (c *dbCommand[A]) result(action A, err error) int {
 	if err != nil {
+		if sentence, ok := dbpool.DescribeConnectError(err); ok {
+			fmt.Fprintf(c.e.stderr, "chatd %s %s: %s. Check --database-url (or $%s) and that Postgres is running.\n",
+				c.name, action.doc().name, sentence, envDatabaseURL)
+			return exitFailed
+		}
 		fmt.Fprintf(c.e.stderr, "chatd %s %s: %v\n", c.name, action.doc().name, err)
 		return exitFailed
 	}
