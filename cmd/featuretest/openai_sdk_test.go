@@ -15,6 +15,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/cmd/internal/inproctest"
 )
 
 // sdkClient is the official OpenAI Go SDK with its base URL at the
@@ -58,8 +60,38 @@ func deltaText(evs []responses.ResponseStreamEventUnion) string {
 	return b.String()
 }
 
+// startLiveStack is the feature stack with the relay, so /v1 streams
+// show live parts token by token.
+func startLiveStack(t *testing.T) *stack {
+	t.Helper()
+	st := inproctest.Start(t, inproctest.Options{Env: featureEnv, Relay: true})
+	return &stack{t: t, ctx: st.Ctx, pool: st.Pool, st: st}
+}
+
+// collapse is the events' types with each run of deltas as one.
+func collapse(evs []responses.ResponseStreamEventUnion) []string {
+	var out []string
+	for _, e := range evs {
+		if strings.HasSuffix(e.Type, ".delta") && len(out) > 0 && out[len(out)-1] == e.Type {
+			continue
+		}
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+func countType(evs []responses.ResponseStreamEventUnion, typ string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
 func TestOpenAISDKResponses(t *testing.T) {
-	s := startStack(t)
+	s := startLiveStack(t)
 	c := s.client(uuid.New(), false)
 	sdk := sdkClient(s, c.token)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -88,40 +120,42 @@ func TestOpenAISDKResponses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "hello there", got.OutputText(), "the earlier turn still reads as it was")
 
-	// Background, streamed, dropped after some events and resumed: the
-	// events are contiguous and their text is the stored response's.
-	bg, err := sdk.Responses.New(ctx, responses.ResponseNewParams{Model: model, Input: textInput("::stream 20 40"), Background: openai.Bool(true)})
+	// Background, streamed token by token, dropped in the middle of its
+	// text and resumed: the events are contiguous and their text is the
+	// stored response's.
+	bg, err := sdk.Responses.New(ctx, responses.ResponseNewParams{Model: model, Input: textInput("::stream 20 10"), Background: openai.Bool(true)})
 	require.NoError(t, err)
 	require.True(t, bg.Background)
-	head := collect(t, sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{}), 2)
-	require.Len(t, head, 2)
+	head := collect(t, sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{}), 6)
+	require.Len(t, head, 6)
 	require.Equal(t, "response.created", head[0].Type)
+	require.Equal(t, "response.output_text.delta", head[5].Type, "the first delta comes before the step is committed")
 	last := head[len(head)-1].SequenceNumber
 	tail := collect(t, sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{StartingAfter: openai.Int(last)}), 0)
 	all := append(head, tail...)
 	for i, e := range all {
 		require.EqualValues(t, i, e.SequenceNumber, "event %d (%s)", i, e.Type)
 	}
-	types := make([]string, len(all))
-	for i, e := range all {
-		types[i] = e.Type
-	}
 	require.Equal(t, []string{"response.created", "response.queued", "response.in_progress",
 		"response.output_item.added", "response.content_part.added", "response.output_text.delta",
 		"response.output_text.done", "response.content_part.done", "response.output_item.done",
-		"response.completed"}, types)
+		"response.completed"}, collapse(all))
+	require.Greater(t, countType(all, "response.output_text.delta"), 1, "the text arrives in several deltas, as the model produces it")
 	stored, err := sdk.Responses.Get(ctx, bg.ID, responses.ResponseGetParams{})
 	require.NoError(t, err)
 	require.Equal(t, responses.ResponseStatusCompleted, stored.Status)
 	require.True(t, strings.HasPrefix(stored.OutputText(), "tok1 tok2"), stored.OutputText())
+	require.True(t, strings.HasSuffix(stored.OutputText(), "tok20"), stored.OutputText())
 	require.Equal(t, stored.OutputText(), deltaText(all))
 
-	// Replay after completion, from storage: the same events.
+	// Replay after completion, from the journal: the same events with the
+	// same numbers and deltas.
 	replay := collect(t, sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{StartingAfter: openai.Int(0)}), 0)
 	require.Len(t, replay, len(all)-1)
 	for i, e := range replay {
 		require.Equal(t, all[i+1].Type, e.Type)
 		require.Equal(t, all[i+1].SequenceNumber, e.SequenceNumber)
+		require.Equal(t, all[i+1].Delta, e.Delta)
 	}
 
 	// Create with stream: the events of a new turn, ending completed.
