@@ -49,6 +49,31 @@ func collect(t *testing.T, stream interface {
 	return out
 }
 
+// readStream is collect for another goroutine than the test's: it
+// returns the stream's error.
+func readStream(stream interface {
+	Next() bool
+	Current() responses.ResponseStreamEventUnion
+	Err() error
+	Close() error
+}, stopAfter int) ([]responses.ResponseStreamEventUnion, error) {
+	defer stream.Close()
+	var out []responses.ResponseStreamEventUnion
+	for stream.Next() {
+		out = append(out, stream.Current())
+		if stopAfter > 0 && len(out) == stopAfter {
+			return out, nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	if stopAfter > 0 {
+		return nil, fmt.Errorf("the stream ended after %d events, before %d", len(out), stopAfter)
+	}
+	return out, nil
+}
+
 // deltaText joins the output_text deltas of events.
 func deltaText(evs []responses.ResponseStreamEventUnion) string {
 	var b strings.Builder
@@ -208,4 +233,61 @@ func TestOpenAISDKResponses(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
 	require.Equal(t, "model", apiErr.Param)
 	require.Contains(t, apiErr.Message, fmt.Sprintf("%q", "no-such-model"))
+}
+
+// TestOpenAIStreamsOfOneResponseAgree: several clients stream one
+// background response at once, each stream computing and appending events
+// on its own (as streams on several api replicas do), some joining late and
+// one resuming mid-way. Every client gets the same events with the same
+// numbers and deltas, and their text is the stored response's.
+func TestOpenAIStreamsOfOneResponseAgree(t *testing.T) {
+	s := startLiveStack(t)
+	sdk := sdkClient(s, s.client(uuid.New(), false).token)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	models, err := sdk.Models.List(ctx)
+	require.NoError(t, err)
+	bg, err := sdk.Responses.New(ctx, responses.ResponseNewParams{Model: models.Data[0].ID, Input: textInput("::think pondering\n::stream 30 30"),
+		Background: openai.Bool(true)})
+	require.NoError(t, err)
+
+	const watchers = 4
+	got := make([][]responses.ResponseStreamEventUnion, watchers)
+	errs := make(chan error, watchers)
+	for i := range watchers {
+		go func() {
+			if i < watchers-1 {
+				var err error
+				got[i], err = readStream(sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{}), 0)
+				errs <- err
+				return
+			}
+			// The last one reads a few events, drops, and resumes.
+			head, err := readStream(sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{}), 8)
+			if err == nil {
+				var tail []responses.ResponseStreamEventUnion
+				tail, err = readStream(sdk.Responses.GetStreaming(ctx, bg.ID,
+					responses.ResponseGetParams{StartingAfter: openai.Int(head[len(head)-1].SequenceNumber)}), 0)
+				got[i] = append(head, tail...)
+			}
+			errs <- err
+		}()
+	}
+	for range watchers {
+		require.NoError(t, <-errs)
+	}
+	stored, err := sdk.Responses.Get(ctx, bg.ID, responses.ResponseGetParams{})
+	require.NoError(t, err)
+	require.Equal(t, responses.ResponseStatusCompleted, stored.Status)
+	require.Equal(t, "reasoning", string(stored.Output[0].Type))
+	for i, evs := range got {
+		require.Len(t, evs, len(got[0]), "watcher %d", i)
+		for n, e := range evs {
+			require.EqualValues(t, n, e.SequenceNumber, "watcher %d event %d", i, n)
+			require.Equal(t, got[0][n].Type, e.Type, "watcher %d event %d", i, n)
+			require.Equal(t, got[0][n].Delta, e.Delta, "watcher %d event %d", i, n)
+		}
+		require.Equal(t, stored.OutputText(), deltaText(evs), "watcher %d", i)
+		require.Equal(t, "response.completed", evs[len(evs)-1].Type)
+	}
 }
