@@ -88,7 +88,7 @@ func (c *Config) Declare(v *service.Vars) {
 	v.Duration(&c.RequiresActionTimeout, "CHATD_REQUIRES_ACTION_TIMEOUT", chatstate.DefaultRequiresActionTimeout,
 		"How long a chat waits for dynamic tool results before the worker cancels the calls.")
 	v.Addr(&c.RelayAddr, "CHATD_RELAY_ADDR", "127.0.0.1:7004",
-		"host:port of the relay service, which forwards live message parts from workers. api: its /v1 streams show them token by token; empty shows each model step when it is committed.", true)
+		"host:port of the relay service, whose live message parts the /v1 streams show token by token; empty shows each model step once it is committed.", true)
 	v.Var(cors.Env, "", cors.Usage, func(raw string) (err error) { c.CORS, err = cors.Parse(raw); return err })
 	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
