@@ -64,6 +64,7 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rec queries.Ope
 	poll := time.NewTimer(h.streamPoll())
 	defer poll.Stop()
 	for {
+		wrote := next
 		var err error
 		next, err = s.writeFrom(out, next)
 		if err == nil {
@@ -74,6 +75,9 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rec queries.Ope
 		}
 		if s.fold.final && next >= s.fold.n {
 			return
+		}
+		if next > wrote {
+			resetTimer(heartbeat, heartbeatEvery)
 		}
 		reread := false
 		select {
@@ -102,14 +106,18 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, rec queries.Ope
 			_ = out.streamError()
 			return
 		}
-		if !heartbeat.Stop() {
-			select {
-			case <-heartbeat.C:
-			default:
-			}
-		}
-		heartbeat.Reset(heartbeatEvery)
 	}
+}
+
+// resetTimer restarts t to fire after d, whether or not it fired.
+func resetTimer(t *time.Timer, d time.Duration) {
+	if !t.Stop() {
+		select {
+		case <-t.C:
+		default:
+		}
+	}
+	t.Reset(d)
 }
 
 // sseWriter writes server-sent events, each write under a deadline.
