@@ -168,7 +168,8 @@ func summaryTextPart(text string) map[string]any {
 }
 
 // openEvents open item id of kind at index; stored is the stored item
-// (function calls carry their call_id and name from it).
+// (function calls carry their call_id and name from it; an item of any
+// other kind is shown whole, with no deltas).
 func openEvents(index int, id, kind string, stored map[string]any) []streamEvent {
 	switch kind {
 	case kindMessage:
@@ -185,7 +186,10 @@ func openEvents(index int, id, kind string, stored map[string]any) []streamEvent
 		}
 	}
 	item := clone(stored)
-	item["id"], item["status"], item["arguments"] = id, "in_progress", ""
+	item["id"], item["status"] = id, "in_progress"
+	if kind == kindFunctionCall {
+		item["arguments"] = ""
+	}
 	return []streamEvent{newEvent("response.output_item.added", map[string]any{"output_index": index, "item": item})}
 }
 
@@ -222,6 +226,9 @@ func closeEvents(index int, id, kind, text, status string, stored map[string]any
 			newEvent("response.reasoning_summary_part.done", itemRef(index, id, map[string]any{"summary_index": 0, "part": summaryTextPart(text)})),
 			newEvent("response.output_item.done", map[string]any{"output_index": index, "item": item}),
 		}
+	}
+	if kind != kindFunctionCall {
+		return []streamEvent{newEvent("response.output_item.done", map[string]any{"output_index": index, "item": item})}
 	}
 	item["arguments"] = text
 	return []streamEvent{

@@ -2,7 +2,6 @@ package openaiapi
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 )
 
@@ -64,9 +63,8 @@ func storedTarget(item outputItem) (targetItem, error) {
 		t.text = b.String()
 	case kindFunctionCall:
 		t.text, _ = m["arguments"].(string)
-	default:
-		return targetItem{}, fmt.Errorf("output item %s has type %q, which the stream cannot show", item.ID, item.Type)
 	}
+	// Any other type is shown whole: added, then done.
 	return t, nil
 }
 

@@ -237,3 +237,14 @@ func TestFoldRefusesAnInconsistentJournal(t *testing.T) {
 	require.Error(t, st.apply(streamEvent{Type: "response.output_text.delta", Data: json.RawMessage(`{"output_index":0,"delta":"x"}`)}))
 	require.Error(t, st.apply(streamEvent{Type: "response.output_item.added", Data: json.RawMessage(`{"output_index":3,"item":{"id":"a","type":"message"}}`)}))
 }
+
+func TestPlanShowsAnItemOfAnotherTypeWhole(t *testing.T) {
+	j := setupJournal(t)
+	tg := baseTarget(false, "completed")
+	ti, err := storedTarget(outputItem{ID: "x_1", Type: "custom_tool_call", Status: "completed"})
+	require.NoError(t, err)
+	tg.items = []targetItem{ti}
+	require.Equal(t, []string{"response.created", "response.in_progress", "response.output_item.added",
+		"response.output_item.done", "response.completed"}, j.step(tg))
+	require.Equal(t, "custom_tool_call", j.doneItem(0)["type"])
+}
