@@ -2,6 +2,7 @@ package openaisdktest_test
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,21 +15,24 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
+	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
 // TestOpenAISDKWorkerKilledMidResponse: the four services as processes,
-// two workers. A background response streams through the Go SDK; after a
-// few of its deltas the worker running it is SIGKILLed and the client
-// drops its stream. Resumed with starting_after, the stream goes on with
-// no gap from the surviving worker's attempt (which says the same, so the
+// two workers and a second api replica. A background response streams
+// through the Go SDK from the first api; after a few of its deltas the
+// worker running it is SIGKILLed and the client drops its stream. Resumed
+// with starting_after on the other api replica, the stream goes on with no
+// gap from the surviving worker's attempt (which says the same, so the
 // item the dead attempt opened simply continues) and ends completed with
-// the whole text, once.
+// the whole text, once; a replay on the first replica repeats every event.
 func TestOpenAISDKWorkerKilledMidResponse(t *testing.T) {
 	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2,
 		// The shortest lease the worker accepts and a quick acquisition
 		// pass: the takeover comes within seconds of the lease lapsing.
 		WorkerEnv: []string{"CHATD_LEASE_SECONDS=10", "CHATD_ACQUIRE_INTERVAL=250ms"}})
-	sdk := openai.NewClient(option.WithBaseURL("http://"+s.APIHTTP+"/v1/"), option.WithAPIKey(s.Token), option.WithMaxRetries(0))
+	sdk := sdkAt(s.APIHTTP, s.Token)
+	other := sdkAt(startAPIReplica(t, s), s.Token)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	models, err := sdk.Models.List(ctx)
@@ -60,7 +64,7 @@ func TestOpenAISDKWorkerKilledMidResponse(t *testing.T) {
 	require.NoError(t, stream.Close())
 
 	last := head[len(head)-1].SequenceNumber
-	resumed := sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{StartingAfter: openai.Int(last)})
+	resumed := other.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{StartingAfter: openai.Int(last)})
 	defer resumed.Close()
 	all := head
 	for resumed.Next() {
@@ -88,11 +92,38 @@ func TestOpenAISDKWorkerKilledMidResponse(t *testing.T) {
 	}
 	require.Equal(t, text, streamed.String(), "the deltas are the stored text")
 	require.Equal(t, 1, items, "the restarted attempt continued the item the dead one opened")
+	replay := sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{})
+	defer replay.Close()
+	n := 0
+	for ; replay.Next(); n++ {
+		e := replay.Current()
+		require.Less(t, n, len(all))
+		require.Equal(t, all[n].RawJSON(), e.RawJSON(), "event %d", n)
+	}
+	require.NoError(t, replay.Err())
+	require.Equal(t, len(all), n)
 	select {
 	case <-s.Workers[1-victim].Exited():
 		t.Fatalf("the surviving worker exited\n%s", s.Stderr())
 	default:
 	}
+}
+
+func sdkAt(addr, token string) openai.Client {
+	return openai.NewClient(option.WithBaseURL("http://"+addr+"/v1/"), option.WithAPIKey(token), option.WithMaxRetries(0))
+}
+
+// startAPIReplica starts another api process over the stack's database,
+// NATS and relay, and returns its HTTP address.
+func startAPIReplica(t *testing.T, s *stacktest.Stack) string {
+	t.Helper()
+	addr := servicetest.FreeAddr(t)
+	p := servicetest.Start(t, servicetest.Build(t, filepath.Join(stacktest.RepoRoot(t), "services/api")), servicetest.Env(
+		"CHATD_DATABASE_URL="+s.DatabaseURL, "CHATD_NATS_URL="+s.NATSURL, "CHATD_AUTH_SECRET="+stacktest.Secret,
+		"CHATD_LOG_LEVEL=warn", "CHATD_HTTP_ADDR="+addr, "CHATD_GRPC_ADDR="+servicetest.FreeAddr(t),
+		"CHATD_RATE_LIMIT_PER_SECOND=0", "CHATD_RELAY_ADDR="+s.RelayGRPC))
+	p.WaitHTTP(t, "http://"+addr+"/healthz")
+	return addr
 }
 
 // chatOf is the chat a response is a turn of.
