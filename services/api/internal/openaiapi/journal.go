@@ -269,7 +269,9 @@ func (s *responseStream) target() (target, error) {
 		tg.items = append(tg.items, ti)
 	}
 	ep := s.snap.episode()
-	if tg.terminal || t.queued || t.ended {
+	if tg.terminal || t.queued || t.ended || endsWithCall(tg.items) {
+		// The running attempt, if any, is not this response's: a response
+		// that ends with function calls ends before the next model step.
 		ep = episode{}
 	}
 	s.feed.follow(ep)
@@ -277,6 +279,12 @@ func (s *responseStream) target() (target, error) {
 		tg.items = append(tg.items, s.feed.items(ep)...)
 	}
 	return tg, nil
+}
+
+// endsWithCall reports whether the stored output ends with a function
+// call.
+func endsWithCall(items []targetItem) bool {
+	return len(items) > 0 && items[len(items)-1].kind == kindFunctionCall
 }
 
 // episode is the model attempt the chat runs now, whose output is not
