@@ -483,6 +483,13 @@ type OpenaiResponse struct {
 	CreatedAt          time.Time
 }
 
+type OpenaiResponseEvent struct {
+	ResponseID uuid.UUID
+	Seq        int32
+	Type       string
+	Data       []byte
+}
+
 type Organization struct {
 	ID        uuid.UUID
 	Name      string

@@ -40,7 +40,12 @@ type AppConfig struct {
 	// DBMeter, when set, exports the pool's statistics.
 	DBMeter metric.MeterProvider
 	NATSURL string
-	Auth    auth.Config
+	// RelayAddr is the relay service's gRPC address, whose live parts the
+	// /v1 streams show token by token ("" for none), dialed with
+	// RelayDialOptions (insecure by default).
+	RelayAddr        string
+	RelayDialOptions []grpc.DialOption
+	Auth             auth.Config
 	// RequiresActionTimeout is the dynamic-tool deadline (5m by default).
 	RequiresActionTimeout time.Duration
 	GRPCAddr, HTTPAddr    string
@@ -106,6 +111,11 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 	// Background title generation stops before the pool closes.
 	defer srv.Close()
 	maxBody := int64(srv.cfg.MaxMessageBytes)*2 + 64<<10 // JSON escaping and the other fields
+	var relay *openaiapi.RelayClient
+	if cfg.RelayAddr != "" {
+		relay = openaiapi.NewRelayClient(cfg.RelayAddr, cfg.RelayDialOptions...)
+		defer relay.Close()
+	}
 	return service.Run(ctx, service.Options{
 		Name:            "api",
 		GRPCAddr:        cfg.GRPCAddr,
@@ -128,7 +138,8 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 				files.Register(mux)
 				// The OpenAI-compatible surface calls the same ChatService
 				// methods in process with the caller's claims.
-				v1 := &openaiapi.Handler{Chats: srv, Q: queries.New(pool), Verifier: verifier, Limit: srv.limit, Log: log, MaxBody: maxBody, Stopping: ctx.Done()}
+				v1 := &openaiapi.Handler{Chats: srv, Q: queries.New(pool), Verifier: verifier, Limit: srv.limit, Log: log, MaxBody: maxBody, Stopping: ctx.Done(),
+					Notify: nc, Relay: relay}
 				v1.Register(mux)
 			}
 			chatdv1.RegisterChatServiceServer(s, srv)

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
@@ -37,20 +39,34 @@ type Handler struct {
 	// Limit is the per-user rate (nil: none): one token per /v1 request.
 	Limit Limiter
 	Log   *slog.Logger
-	// Poll is how often a waiting request or a stream re-reads the chat
-	// (0: DefaultPoll).
+	// Poll is how often a waiting request re-reads the chat (0:
+	// DefaultPoll).
 	Poll time.Duration
 	// MaxBody bounds a request body (413 beyond it).
 	MaxBody int64
+	// Notify, when set, wakes a stream when its chat changes (chat:update
+	// notifications, a hint: streams also poll every StreamPoll).
+	Notify *nats.Conn
+	// Relay, when set, carries the live parts of the worker running a
+	// chat, which streams show token by token; without it they show each
+	// model step when it is committed.
+	Relay *RelayClient
+	// StreamPoll is how often a stream re-reads its chat without a
+	// notification (0: DefaultStreamPoll).
+	StreamPoll time.Duration
 	// Stopping, closed when the service begins to stop, ends streams and
 	// waits at once rather than at the shutdown deadline: a stream's
 	// client resumes with starting_after on another replica.
 	Stopping <-chan struct{}
 }
 
-// DefaultPoll is how often a stream or a blocking create re-reads its
+// DefaultPoll is how often a blocking create or a cancel re-reads its
 // turn's stored state.
 const DefaultPoll = 200 * time.Millisecond
+
+// DefaultStreamPoll is how often a stream re-reads its chat when no
+// notification came: notifications are only hints.
+const DefaultStreamPoll = 2 * time.Second
 
 // Register adds the /v1 routes to mux.
 func (h *Handler) Register(mux *http.ServeMux) {
