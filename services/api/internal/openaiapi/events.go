@@ -55,6 +55,9 @@ func itemEvents(index int, item outputItem) []event {
 	open := item
 	open.Status = "in_progress"
 	open.Content, open.Summary = []outputPart{}, []summaryPart{}
+	if item.Arguments != nil {
+		open.Arguments = new(string)
+	}
 	evs := []event{{"response.output_item.added", map[string]any{"output_index": index, "item": open}}}
 	switch item.Type {
 	case "message":
@@ -79,6 +82,8 @@ func itemEvents(index int, item outputItem) []event {
 				event{"response.reasoning_summary_part.done", at(map[string]any{"summary_index": si, "part": part})},
 			)
 		}
+	case "function_call":
+		evs = append(evs, functionCallEvents(index, item)...)
 	}
 	return append(evs, event{"response.output_item.done", map[string]any{"output_index": index, "item": item}})
 }
