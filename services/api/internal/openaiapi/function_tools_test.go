@@ -20,7 +20,7 @@ import (
 var weatherTool = map[string]any{
 	"type": "function", "name": "get_weather", "description": "The weather in a city.",
 	"parameters": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []any{"city"}},
-	"strict": true,
+	"strict":     true,
 }
 
 // chatOf is the chat a response is a turn of.
