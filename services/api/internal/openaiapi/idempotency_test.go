@@ -41,4 +41,7 @@ func TestIdempotencyKeyAnswersTheFirstResponse(t *testing.T) {
 	require.NotEqual(t, first.Body["id"], a.Body["id"])
 
 	require.Equal(t, http.StatusBadRequest, s.postWithKey(tok, strings.Repeat("k", 201), body).Code)
+	notUTF8 := s.postWithKey(tok, "k\xff", body)
+	require.Equal(t, http.StatusBadRequest, notUTF8.Code, "a key the database could not store: %s", notUTF8.Raw)
+	require.Equal(t, "Idempotency-Key", notUTF8.Field("error", "param"))
 }
