@@ -102,8 +102,8 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 }
 
 // SendMessageWith is SendMessage with opts in its bundle: the chat's
-// client tools replaced before the message is sent, and the write opts
-// records sent with the COMMIT.
+// client tools replaced before the message is sent, and opts' record
+// written with the COMMIT.
 func (s *Server) SendMessageWith(ctx context.Context, req *chatdv1.SendMessageRequest, opts turnwrite.Options) (*chatdv1.SendMessageResponse, error) {
 	timeline.Mark("api.send")
 	c, err := s.caller(ctx)
