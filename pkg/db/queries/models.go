@@ -481,6 +481,9 @@ type OpenaiResponse struct {
 	Conversation       bool
 	CancelledAt        *time.Time
 	CreatedAt          time.Time
+	Tools              json.RawMessage
+	ToolChoice         string
+	IdempotencyKey     *string
 }
 
 type OpenaiResponseEvent struct {

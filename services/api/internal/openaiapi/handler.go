@@ -17,11 +17,22 @@ import (
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/services/api/internal/turnwrite"
 )
 
 // Prefix is where the surface is mounted: the SDKs' base URL is
 // <origin>/v1.
 const Prefix = "/v1/"
+
+// ChatService is the api's ChatService implementation with the in-process
+// forms of the calls that start or continue a turn: each takes
+// turnwrite.Options, so a response's record commits with its turn.
+type ChatService interface {
+	chatdv1.ChatServiceServer
+	CreateChatWith(ctx context.Context, req *chatdv1.CreateChatRequest, opts turnwrite.Options) (*chatdv1.CreateChatResponse, error)
+	SendMessageWith(ctx context.Context, req *chatdv1.SendMessageRequest, opts turnwrite.Options) (*chatdv1.SendMessageResponse, error)
+	SubmitToolResultsWith(ctx context.Context, req *chatdv1.SubmitToolResultsRequest, opts turnwrite.Options) (*chatdv1.SubmitToolResultsResponse, error)
+}
 
 // Limiter is the per-user request rate shared with /api/v2.
 type Limiter interface {
@@ -32,7 +43,7 @@ type Limiter interface {
 type Handler struct {
 	// Chats is the api's ChatService implementation, called in process
 	// with the caller's claims in the context (it checks tenants itself).
-	Chats chatdv1.ChatServiceServer
+	Chats ChatService
 	// Q reads and writes the response records (openai_responses).
 	Q        *queries.Queries
 	Verifier *auth.Verifier
@@ -79,8 +90,12 @@ func (h *Handler) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/responses/{id}/input_items", h.authed(h.listInputItems))
 	mux.HandleFunc("POST /v1/conversations", h.authed(h.createConversation))
 	mux.HandleFunc("GET /v1/conversations/{id}", h.authed(h.getConversation))
+	mux.HandleFunc("POST /v1/conversations/{id}", h.authed(h.updateConversation))
 	mux.HandleFunc("DELETE /v1/conversations/{id}", h.authed(h.deleteConversation))
 	mux.HandleFunc("GET /v1/conversations/{id}/items", h.authed(h.listConversationItems))
+	mux.HandleFunc("POST /v1/conversations/{id}/items", h.authed(h.addConversationItems))
+	mux.HandleFunc("GET /v1/conversations/{id}/items/{item}", h.authed(h.getConversationItem))
+	mux.HandleFunc("DELETE /v1/conversations/{id}/items/{item}", h.authed(h.deleteConversationItem))
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiError{Status: http.StatusNotFound, Type: typeInvalidRequest, Code: "unknown_url",
 			Message: "There is no endpoint " + r.Method + " " + r.URL.Path + " in chatd's OpenAI-compatible API (see docs/openai.md)."})
