@@ -184,6 +184,15 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scop
 		if !scope.allows(actionRunTools) {
 			return p.defer_()
 		}
+		// The run is a generation attempt on the stored step's history
+		// like a model call: its live parts (which call runs, its
+		// progress) go in the episode of that attempt, which the stream
+		// follows (it relays no episode of attempt 0:
+		// spec "Sync operation", step 9), and a resumed run gets an
+		// episode of its own.
+		if err := tx.RecordGenerationAttempt(ctx); err != nil {
+			return err
+		}
 		// The tools read the calling chat (its family, its project).
 		p.kind, p.open, p.msgs, p.action, p.chat = planTools, local, msgs, actionRunTools, tx.Chat()
 		return nil

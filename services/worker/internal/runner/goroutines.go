@@ -54,8 +54,8 @@ func (r *runner) view(ctx context.Context, in intent, fn func(tx *chatstate.Tx) 
 // interrupt is the interrupt goroutine: it closes the episode of the
 // current (history_version, generation_attempt), keeps what it streamed
 // as the partial assistant message, with the model call's runtime up to
-// the interrupt (spec "ModelInvokedAt", read before the episode closes),
-// and applies FinishInterruption.
+// the interrupt (spec "Message part buffer": ModelInvokedAt, read before
+// the episode closes), and applies FinishInterruption.
 //
 // It reads the attempt, closes the episode and finishes in one bundle: the
 // episode's parts are read under the same lock that fences the transition.
