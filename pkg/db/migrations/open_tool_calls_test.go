@@ -19,7 +19,7 @@ import (
 // legacyRow is one message as an older version stored it.
 type legacyRow struct {
 	role, visibility, content string
-	deleted                     bool
+	deleted                   bool
 }
 
 func userRow(text string) legacyRow {
