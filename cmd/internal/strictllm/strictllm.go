@@ -35,10 +35,13 @@ type Call struct {
 	Args string // JSON
 }
 
-// Reply is the model's answer: tool calls, else Text.
+// Reply is the model's answer: its reasoning (streamed first, as
+// reasoning_content deltas the way vLLM and Ollama stream it), its text,
+// then its tool calls.
 type Reply struct {
-	Text  string
-	Calls []Call
+	Reasoning string
+	Text      string
+	Calls     []Call
 }
 
 // Request is one accepted call: its messages and the number of tools it
@@ -134,6 +137,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-%d\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"strict\",\"choices\":%s}\n\n", n, choices)
 	}
 	chunk(`[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]`)
+	if reply.Reasoning != "" {
+		reasoning, _ := json.Marshal(reply.Reasoning)
+		chunk(fmt.Sprintf(`[{"index":0,"delta":{"reasoning_content":%s},"finish_reason":null}]`, reasoning))
+	}
+	if reply.Text != "" || len(reply.Calls) == 0 {
+		text, _ := json.Marshal(reply.Text)
+		chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
+	}
 	finish := "stop"
 	if len(reply.Calls) > 0 {
 		finish = "tool_calls"
@@ -141,9 +152,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			fn, _ := json.Marshal(map[string]string{"name": c.Name, "arguments": c.Args})
 			chunk(fmt.Sprintf(`[{"index":0,"delta":{"tool_calls":[{"index":%d,"id":"call_%d_%d","type":"function","function":%s}]},"finish_reason":null}]`, i, n, i, fn))
 		}
-	} else {
-		text, _ := json.Marshal(reply.Text)
-		chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
 	}
 	chunk(fmt.Sprintf(`[{"index":0,"delta":{},"finish_reason":%q}]`, finish))
 	chunk(`[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}`)

@@ -49,6 +49,7 @@ func (s *Server) ListMessages(ctx context.Context, req *chatdv1.ListMessagesRequ
 	var msgs []queries.ChatMessage
 	var queue []queries.ChatQueuedMessage
 	var bounds queries.ChatMessageVisibleBoundsRow
+	var underWay []queries.ChatToolCallsUnderWayRow
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		q := queries.New(tx)
 		var err error
@@ -67,6 +68,13 @@ func (s *Server) ListMessages(ctx context.Context, req *chatdv1.ListMessagesRequ
 		if queue, err = q.ChatQueuedMessageList(ctx, chat.ID); err != nil {
 			return fmt.Errorf("queue: %w", err)
 		}
+		if chat.Status == chatstate.StatusRunning || chat.Status == chatstate.StatusInterrupting {
+			// Which calls run and since when (tool_runs.go); the query
+			// finds none once the chat stopped running.
+			if underWay, err = q.ChatToolCallsUnderWay(ctx, chat.ID); err != nil {
+				return fmt.Errorf("tool calls under way: %w", err)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -83,6 +91,13 @@ func (s *Server) ListMessages(ctx context.Context, req *chatdv1.ListMessagesRequ
 	}
 	if resp.Messages, err = messagesToProto(msgs); err != nil {
 		return nil, s.fail(ctx, err)
+	}
+	if len(underWay) > 0 {
+		dynamic, err := chatstate.DynamicToolNames(chat.DynamicTools)
+		if err != nil {
+			return nil, s.fail(ctx, err)
+		}
+		markCallsUnderWay(resp.Messages, callsUnderWay(underWay, dynamic))
 	}
 	if resp.QueuedMessages, err = queuedListToProto(queue); err != nil {
 		return nil, s.fail(ctx, err)
