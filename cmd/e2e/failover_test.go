@@ -11,12 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
-	"github.com/chatd/chatd/pkg/db/migrate"
-	"github.com/chatd/chatd/pkg/db/pgcluster"
 )
 
 // TestFailoverUnderLoad: a primary and a synchronous standby, the four
@@ -31,8 +28,7 @@ import (
 func TestFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
 	const chats = 30
-	pair := startReplicatedPair(t)
-	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, DatabaseURL: pair.url,
+	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, Private: &stacktest.Private{SyncStandby: true},
 		WorkerEnv: failoverWorkerEnv()})
 
 	var ledger failoverLedger
@@ -79,7 +75,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 		for done.Load() < n {
 			select {
 			case <-ctx.Done():
-				t.Fatalf("%s: only %d of %d turns finished\n%s\n%s", what, done.Load(), n, ownership(t, pair.url, ids), s.Stderr())
+				t.Fatalf("%s: only %d of %d turns finished\n%s\n%s", what, done.Load(), n, ownership(t, s.DatabaseURL, ids), s.Stderr())
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
@@ -87,12 +83,12 @@ func TestFailoverUnderLoad(t *testing.T) {
 	waitTurns(chats, "before the failover")
 
 	killed := time.Now()
-	require.NoError(t, pair.primary.Kill())
+	require.NoError(t, s.Backends.Primary.Kill())
 	select {
 	case <-ctx.Done():
 	case <-time.After(time.Second):
 	}
-	require.NoError(t, pair.standby.Promote())
+	require.NoError(t, s.Backends.Standby.Promote())
 	promoted := time.Now()
 	ledger.setPromoted(promoted)
 	waitTurns(done.Load()+chats, "after the promotion")
@@ -205,40 +201,6 @@ func checkHistories(ctx context.Context, t *testing.T, c *faultClient, ids []str
 			require.Equal(t, "echo: "+marker+"\ntok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8", text.String(), "chat %d turn %d", i, turn)
 		}
 	}
-}
-
-// replicatedPair is a primary with a synchronous standby holding one
-// migrated database, and the multi-host URL that finds the primary.
-type replicatedPair struct {
-	primary, standby *pgcluster.Cluster
-	url              string
-}
-
-func startReplicatedPair(t *testing.T) replicatedPair {
-	t.Helper()
-	dir := func() string {
-		d, err := os.MkdirTemp("/tmp", "chatd-e2e-")
-		require.NoError(t, err)
-		return d
-	}
-	primary, err := pgcluster.Start(dir(), pgcluster.Options{SynchronousStandby: "standby1"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = primary.Remove() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	// Every commit waits for the standby: it streams before the first.
-	standby, err := pgcluster.StartStandby(dir(), primary, "standby1", pgcluster.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = standby.Remove() })
-	require.NoError(t, primary.WaitSynchronous(ctx, "standby1"))
-	conn, err := pgx.Connect(ctx, primary.URL)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "CREATE DATABASE chatd")
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/chatd?sslmode=disable&target_session_attrs=read-write", primary.Port, standby.Port)
-	require.NoError(t, migrate.Up(ctx, url), "migrations through the multi-host URL")
-	return replicatedPair{primary: primary, standby: standby, url: url}
 }
 
 // failoverWorkerEnv is the workers' settings: the defaults, unless

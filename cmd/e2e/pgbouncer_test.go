@@ -12,33 +12,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/loadgen"
-	"github.com/chatd/chatd/cmd/internal/pgbouncer"
 	"github.com/chatd/chatd/cmd/internal/stacktest"
 	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/pgcluster"
 )
 
-// throughPgBouncer starts a private cluster with a migrated database (the
-// migrations go straight to Postgres, as the runbook says), the session
-// settings on the database (PgBouncer drops them as startup parameters),
-// and PgBouncer 1.18 in transaction mode in front of it. It returns the
-// direct URL and the URL through PgBouncer, which carries
-// default_query_exec_mode=exec: PgBouncer before 1.21 does not track
-// prepared statements, and pgx's default mode prepares named ones.
-func throughPgBouncer(t testing.TB, poolSize int) (direct, bounced string) {
-	t.Helper()
-	c, url := privateCluster(t, pgcluster.Options{MaxConnections: 400})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	for _, set := range []string{"statement_timeout = '30s'", "lock_timeout = '10s'", "idle_in_transaction_session_timeout = '30s'"} {
-		_, err = conn.Exec(ctx, "ALTER DATABASE chatd SET "+set)
-		require.NoError(t, err)
-	}
-	require.NoError(t, conn.Close(ctx))
-	addr := pgbouncer.Start(t, c.Port, poolSize)
-	return url, fmt.Sprintf("postgres://postgres@%s/chatd?sslmode=disable&default_query_exec_mode=exec", addr)
+// throughPgBouncer is a private cluster behind PgBouncer 1.18 in
+// transaction mode with poolSize server connections
+// (stacktest.Private.PgBouncerPool).
+func throughPgBouncer(poolSize int) *stacktest.Private {
+	return &stacktest.Private{Postgres: pgcluster.Options{MaxConnections: 400}, PgBouncerPool: poolSize}
 }
 
 // TestTurnsThroughPgBouncer: the four services (two workers) with every
@@ -50,8 +33,7 @@ func TestTurnsThroughPgBouncer(t *testing.T) {
 	const chats, turns = 10, 4
 	// Fewer server connections than the services' pools hold: sessions
 	// share them transaction by transaction.
-	_, url := throughPgBouncer(t, 10)
-	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, DatabaseURL: url,
+	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, Private: throughPgBouncer(10),
 		WorkerEnv: []string{"CHATD_MAX_ROOT_CHATS=0"}})
 	c := &faultClient{base: "http://" + s.APIHTTP, token: s.Token}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -127,7 +109,8 @@ func BenchmarkTurnsThroughPgBouncer(b *testing.B) {
 	chats := envInt("CHATD_BENCH_CHATS", 50)
 	// PgBouncer's server connections (CHATD_BENCH_PGBOUNCER_POOL, default
 	// 100): at least what the services' pools hold at once.
-	direct, bounced := throughPgBouncer(b, envInt("CHATD_BENCH_PGBOUNCER_POOL", 100))
+	backends := stacktest.StartPrivate(b, *throughPgBouncer(envInt("CHATD_BENCH_PGBOUNCER_POOL", 100)))
+	direct, bounced := backends.DirectURL, backends.DatabaseURL
 	run := func(name, url string) *loadgen.Report {
 		s := stacktest.StartWith(b, stacktest.Options{Streams: 1, DatabaseURL: url, WorkerEnv: []string{"CHATD_MAX_ROOT_CHATS=0"}})
 		rep, err := loadgen.Run(context.Background(), loadgen.Config{
@@ -163,7 +146,7 @@ func TestPgBouncerNeedsExecMode(t *testing.T) {
 	t.Parallel()
 	// Fewer server connections than clients: each transaction may land on
 	// any of them, as under a deployment's load.
-	_, bounced := throughPgBouncer(t, 2)
+	bounced := stacktest.StartPrivate(t, *throughPgBouncer(2)).DatabaseURL
 	run := func(url string) (failures int, first error) {
 		pool, err := dbpool.New(context.Background(), url, dbpool.Settings{MaxConns: 8}, dbpool.Options{})
 		require.NoError(t, err)
