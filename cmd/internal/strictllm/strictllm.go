@@ -2,17 +2,20 @@
 // tests that is as strict about a conversation as real providers are: a
 // request whose history holds an assistant tool call without a tool
 // message answering it (or a tool message answering no call) is refused
-// with OpenAI's 400. It counts the model calls it answered, and a test
-// decides each answer (a text, or tool calls).
+// with OpenAI's 400. It records the model calls it answered (who called,
+// when each began and ended), and a test decides each answer (a text, a
+// text streamed slowly, or tool calls).
 package strictllm
 
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Message is one message of a request, as the server reads it.
@@ -35,18 +38,37 @@ type Call struct {
 	Args string // JSON
 }
 
-// Reply is the model's answer: tool calls, else Text.
+// Reply is the model's answer: tool calls, else Text, else Pieces.
 type Reply struct {
 	Text  string
 	Calls []Call
+	// Pieces, when Text is empty, are the text streamed as one chunk each,
+	// Pace apart: a model that takes its time, whose stream the caller
+	// may cancel (Exchange.Completed is then false).
+	Pieces []string
+	Pace   time.Duration
+	// Hold, when set, keeps a stream of Pieces open after the last piece
+	// until it is closed or the caller goes away: a model still
+	// generating, for as long as the test wants.
+	Hold <-chan struct{}
 }
 
-// Request is one accepted call: its messages and the number of tools it
+// Request is one accepted call: its messages, the number of tools it
 // offered (chatd's agent loop offers its tools; a title request offers
-// none).
+// none) and the caller's IP address.
 type Request struct {
 	Messages []Message
 	Tools    int
+	Remote   string
+}
+
+// Exchange is one accepted call as the server saw it: when it began and
+// ended, and whether its whole answer was sent (false when the caller
+// went away mid-stream).
+type Exchange struct {
+	Request
+	Started, Ended time.Time
+	Completed      bool
 }
 
 // Server is the provider double. Answer decides the reply to the n-th
@@ -55,16 +77,28 @@ type Server struct {
 	URL    string // the base URL a provider's base_url takes (…/v1)
 	Answer func(n int, req Request) Reply
 
-	mu       sync.Mutex
-	requests []Request
-	refusals []string
+	mu        sync.Mutex
+	exchanges []Exchange
+	refusals  []string
 }
 
-// Start serves a Server until the test ends.
+// Start serves a Server on loopback until the test ends.
 func Start(t testing.TB, answer func(n int, req Request) Reply) *Server {
 	t.Helper()
+	return StartOn(t, "127.0.0.1:0", answer)
+}
+
+// StartOn serves a Server on addr (host:port; port 0 picks one) until the
+// test ends.
+func StartOn(t testing.TB, addr string, answer func(n int, req Request) Reply) *Server {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("strictllm: listen on %s: %v", addr, err)
+	}
 	s := &Server{Answer: answer}
-	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(s.serve)}}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL + "/v1"
 	return s
@@ -74,14 +108,26 @@ func Start(t testing.TB, answer func(n int, req Request) Reply) *Server {
 func (s *Server) Calls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.requests)
+	return len(s.exchanges)
 }
 
 // Requests are the calls the server answered, in order.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	out := make([]Request, len(s.exchanges))
+	for i, e := range s.exchanges {
+		out[i] = e.Request
+	}
+	return out
+}
+
+// Exchanges are the calls the server answered, in order, as they stand
+// (a call still streaming has a zero Ended).
+func (s *Server) Exchanges() []Exchange {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Exchange(nil), s.exchanges...)
 }
 
 // AgentCalls is the number of answered calls that offered tools: the
@@ -123,31 +169,65 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		refuse(w, why)
 		return
 	}
-	accepted := Request{Messages: req.Messages, Tools: len(req.Tools)}
+	remote, _, _ := net.SplitHostPort(r.RemoteAddr)
+	accepted := Request{Messages: req.Messages, Tools: len(req.Tools), Remote: remote}
 	s.mu.Lock()
-	s.requests = append(s.requests, accepted)
-	n := len(s.requests)
+	s.exchanges = append(s.exchanges, Exchange{Request: accepted, Started: time.Now()})
+	n := len(s.exchanges)
 	s.mu.Unlock()
-	reply := s.Answer(n, accepted)
+	completed := s.answer(w, r, n, s.Answer(n, accepted))
+	s.mu.Lock()
+	s.exchanges[n-1].Ended, s.exchanges[n-1].Completed = time.Now(), completed
+	s.mu.Unlock()
+}
+
+// answer streams reply as call n's chunks; it reports false when the
+// caller went away before the last.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, n int, reply Reply) bool {
 	w.Header().Set("Content-Type", "text/event-stream")
+	flusher, _ := w.(http.Flusher)
 	chunk := func(choices string) {
 		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-%d\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"strict\",\"choices\":%s}\n\n", n, choices)
 	}
 	chunk(`[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]`)
 	finish := "stop"
-	if len(reply.Calls) > 0 {
+	switch {
+	case len(reply.Calls) > 0:
 		finish = "tool_calls"
 		for i, c := range reply.Calls {
 			fn, _ := json.Marshal(map[string]string{"name": c.Name, "arguments": c.Args})
 			chunk(fmt.Sprintf(`[{"index":0,"delta":{"tool_calls":[{"index":%d,"id":"call_%d_%d","type":"function","function":%s}]},"finish_reason":null}]`, i, n, i, fn))
 		}
-	} else {
+	case reply.Text == "" && len(reply.Pieces) > 0:
+		for i, p := range reply.Pieces {
+			if i > 0 {
+				select {
+				case <-r.Context().Done():
+					return false
+				case <-time.After(reply.Pace):
+				}
+			}
+			text, _ := json.Marshal(p)
+			chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if reply.Hold != nil {
+			select {
+			case <-r.Context().Done():
+				return false
+			case <-reply.Hold:
+			}
+		}
+	default:
 		text, _ := json.Marshal(reply.Text)
 		chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
 	}
 	chunk(fmt.Sprintf(`[{"index":0,"delta":{},"finish_reason":%q}]`, finish))
 	chunk(`[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}`)
 	fmt.Fprint(w, "data: [DONE]\n\n")
+	return r.Context().Err() == nil
 }
 
 // Check returns why a real provider refuses msgs ("" when it accepts
