@@ -41,6 +41,11 @@ func TestWorkerCutOffFromPostgres(t *testing.T) {
 	t.Parallel()
 	const chats = 3
 	f := setupPartition(t)
+	defer func() {
+		if t.Failed() {
+			t.Logf("%s", f.Stderr())
+		}
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
 	ids := f.createChats(ctx, t, chats)
