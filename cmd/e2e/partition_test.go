@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"github.com/chatd/chatd/cmd/internal/netns"
 	"github.com/chatd/chatd/cmd/internal/stacktest"
 	"github.com/chatd/chatd/cmd/internal/strictllm"
-	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/pgcluster"
 )
 
@@ -233,25 +231,8 @@ func setupPartition(t *testing.T) *partitionFixture {
 		WorkerEnv: []string{fmt.Sprintf("CHATD_LEASE_SECONDS=%d", int(partitionLease.Seconds())), "CHATD_ACQUIRE_INTERVAL=250ms"},
 		Places:    []stacktest.WorkerPlace{{Command: ns.Command(), Addr: netLink.NS.String() + ":7070", DatabaseURL: pgURL}},
 	})
-	signer, err := auth.NewSigner([]byte(stacktest.Secret))
-	require.NoError(t, err)
-	user, org := uuid.New(), uuid.New()
-	f.Token, err = signer.Sign(auth.Claims{UserID: user, OrganizationID: org}, time.Hour)
-	require.NoError(t, err)
+	f.cfgID = useModel(t, f.Stack, f.model.URL)
 	f.client = &faultClient{base: "http://" + f.APIHTTP, token: f.Token}
-	admin, err := signer.Sign(auth.Claims{UserID: user, OrganizationID: org, Admin: true}, time.Hour)
-	require.NoError(t, err)
-	code, raw := restCall(t, f.Stack, admin, "POST", "/api/v2/chats/providers",
-		map[string]any{"provider_type": "openai-compat", "display_name": "Double", "base_url": f.model.URL, "api_key": "sk-double"})
-	require.Equal(t, http.StatusCreated, code, "%s", raw)
-	var p struct{ ID string }
-	require.NoError(t, json.Unmarshal(raw, &p))
-	code, raw = restCall(t, f.Stack, admin, "POST", "/api/v2/organizations/"+org.String()+"/chats/model-configs",
-		map[string]any{"provider_id": p.ID, "model": "double-1"})
-	require.Equal(t, http.StatusCreated, code, "%s", raw)
-	var mc struct{ ID string }
-	require.NoError(t, json.Unmarshal(raw, &mc))
-	f.cfgID = mc.ID
 	return f
 }
 

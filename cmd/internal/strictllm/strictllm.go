@@ -51,6 +51,9 @@ type Reply struct {
 	// until it is closed or the caller goes away: a model still
 	// generating, for as long as the test wants.
 	Hold <-chan struct{}
+	// Status, when set, is an HTTP error status (a provider's 429 or 5xx)
+	// the call is answered with instead, with OpenAI's error body.
+	Status int
 }
 
 // Request is one accepted call: its messages, the number of tools it
@@ -184,6 +187,12 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 // answer streams reply as call n's chunks; it reports false when the
 // caller went away before the last.
 func (s *Server) answer(w http.ResponseWriter, r *http.Request, n int, reply Reply) bool {
+	if reply.Status != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(reply.Status)
+		_, _ = fmt.Fprintf(w, `{"error":{"message":"The server had an error while processing your request (%d).","type":"server_error","param":null,"code":null}}`, reply.Status)
+		return true
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	flusher, _ := w.(http.Flusher)
 	chunk := func(choices string) {
