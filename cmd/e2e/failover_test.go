@@ -2,9 +2,11 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
+	"github.com/chatd/chatd/cmd/internal/strictllm"
 )
 
 // TestFailoverUnderLoad: a primary and a synchronous standby, the four
@@ -28,8 +31,10 @@ import (
 func TestFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
 	const chats = 30
+	model := startEchoModel(t)
 	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, Private: &stacktest.Private{SyncStandby: true},
 		WorkerEnv: failoverWorkerEnv()})
+	cfgID := useModel(t, s, model.URL)
 
 	var ledger failoverLedger
 	c := &faultClient{base: "http://" + s.APIHTTP, token: s.Token, observe: ledger.observe}
@@ -40,7 +45,8 @@ func TestFailoverUnderLoad(t *testing.T) {
 		var chat struct {
 			ID string `json:"id"`
 		}
-		c.do(ctx, t, "POST", "/api/v2/chats", fmt.Sprintf(`{"request_id":"create-%d"}`, i), &chat)
+		// Titled: no title call adds to the model's calls.
+		c.do(ctx, t, "POST", "/api/v2/chats", fmt.Sprintf(`{"request_id":"create-%d","title":"chat %d","model_config_id":%q}`, i, i, cfgID), &chat)
 		ids[i] = chat.ID
 	}
 
@@ -54,7 +60,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for turn := 1; !stop.Load(); turn++ {
-				body := fmt.Sprintf(`{"request_id":"m%d-%d","content":[{"type":"text","text":"m%d-%d\n::stream 8 40"}]}`, i, turn, i, turn)
+				body := fmt.Sprintf(`{"request_id":"m%d-%d","model_config_id":%q,"content":[{"type":"text","text":"m%d-%d"}]}`, i, turn, cfgID, i, turn)
 				if err := c.try(ctx, "POST", "/api/v2/chats/"+id+"/messages", body, nil); err != nil {
 					errs <- fmt.Errorf("chat %d turn %d: send: %w", i, turn, err)
 					return
@@ -112,6 +118,54 @@ func TestFailoverUnderLoad(t *testing.T) {
 	}
 	require.Zero(t, ledger.without503RetryAfter.Load(), "every 503 carries Retry-After")
 	checkHistories(ctx, t, c, ids, turns)
+	// Both workers survived the failover, and so did their leases: no
+	// chat was taken over, so no turn's model call was made twice.
+	calls := map[string]int{}
+	for _, e := range model.Exchanges() {
+		calls[echoMarker(e.Request)]++
+	}
+	var twice []string
+	for i := range ids {
+		for turn := 1; turn <= turns[i]; turn++ {
+			m := fmt.Sprintf("m%d-%d", i, turn)
+			require.NotZero(t, calls[m], "turn %s answered without a model call", m)
+			if calls[m] > 1 {
+				twice = append(twice, fmt.Sprintf("%s ×%d", m, calls[m]))
+			}
+		}
+	}
+	require.Empty(t, twice, "turns whose model was called again after the failover (%d turns in all)", done.Load())
+}
+
+// startEchoModel is a provider double that answers each prompt as the
+// fault tests' histories expect ("echo: <prompt>" and eight tokens),
+// streamed 40 ms apart.
+func startEchoModel(t *testing.T) *strictllm.Server {
+	t.Helper()
+	return strictllm.Start(t, func(_ int, req strictllm.Request) strictllm.Reply {
+		pieces := []string{"echo: " + echoMarker(req) + "\n"}
+		for i := 1; i <= 8; i++ {
+			sep := " "
+			if i == 1 {
+				sep = ""
+			}
+			pieces = append(pieces, fmt.Sprintf("%stok%d", sep, i))
+		}
+		return strictllm.Reply{Pieces: pieces, Pace: 40 * time.Millisecond}
+	})
+}
+
+var promptMarker = regexp.MustCompile(`m[0-9]+-[0-9]+`)
+
+// echoMarker is the m<chat>-<turn> marker of the call's last prompt.
+func echoMarker(req strictllm.Request) string {
+	for j := len(req.Messages) - 1; j >= 0; j-- {
+		if req.Messages[j].Role == "user" {
+			raw, _ := json.Marshal(req.Messages[j].Content)
+			return promptMarker.FindString(string(raw))
+		}
+	}
+	return ""
 }
 
 // failoverLedger counts the api's answers by status and records the first
