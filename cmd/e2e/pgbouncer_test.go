@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/loadgen"
+	"github.com/chatd/chatd/cmd/internal/pgbouncer"
 	"github.com/chatd/chatd/cmd/internal/stacktest"
 	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/pgcluster"
@@ -98,21 +99,22 @@ func TestTurnsThroughPgBouncer(t *testing.T) {
 	require.NotContains(t, s.Stderr(), "prepared statement", "no service met PgBouncer's missing prepared statements")
 }
 
-// BenchmarkTurnsThroughPgBouncer is the load benchmark twice in one run:
-// the four services on Postgres directly, then through PgBouncer in
-// transaction mode (default_query_exec_mode=exec), each for b.N turns
-// over CHATD_BENCH_CHATS chats (default 50), with
-// CHATD_BENCH_PGBOUNCER_POOL server connections. It reports turns/s and the
-// turn time p50 of both. Run it with a fixed count, e.g.
-// -benchtime=1000x.
+// BenchmarkTurnsThroughPgBouncer is the load benchmark three times in one
+// run, on one private cluster: the four services on Postgres directly
+// (pgx's default query mode, which caches prepared statements), directly
+// with default_query_exec_mode=exec (what PgBouncer before 1.21 needs),
+// and through PgBouncer in transaction mode with that mode; each for b.N
+// turns over CHATD_BENCH_CHATS chats (default 50), with
+// CHATD_BENCH_PGBOUNCER_POOL server connections (default 100). It reports
+// turns/s and the turn time p50 of each, and PgBouncer's own average
+// transaction time and client wait for a server connection. Run it with a
+// fixed count, e.g. -benchtime=1000x.
 func BenchmarkTurnsThroughPgBouncer(b *testing.B) {
 	chats := envInt("CHATD_BENCH_CHATS", 50)
-	// PgBouncer's server connections (CHATD_BENCH_PGBOUNCER_POOL, default
-	// 100): at least what the services' pools hold at once.
 	backends := stacktest.StartPrivate(b, *throughPgBouncer(envInt("CHATD_BENCH_PGBOUNCER_POOL", 100)))
-	direct, bounced := backends.DirectURL, backends.DatabaseURL
 	run := func(name, url string) *loadgen.Report {
 		s := stacktest.StartWith(b, stacktest.Options{Streams: 1, DatabaseURL: url, WorkerEnv: []string{"CHATD_MAX_ROOT_CHATS=0"}})
+		defer s.Stop(b)
 		rep, err := loadgen.Run(context.Background(), loadgen.Config{
 			BaseURL: "http://" + s.APIHTTP, StreamURL: "http://" + s.Streams[0], Token: s.Token,
 			Chats: chats, Turns: b.N, TurnTimeout: 2 * time.Minute,
@@ -123,16 +125,18 @@ func BenchmarkTurnsThroughPgBouncer(b *testing.B) {
 		if rep.Failed > 0 {
 			b.Errorf("%s: %d of %d turns failed: %+v\n%s", name, rep.Failed, rep.Turns, rep.Errors, s.Stderr())
 		}
+		b.ReportMetric(rep.TurnsPerSecond, name+"_turns/s")
+		b.ReportMetric(rep.TurnTime.P50, name+"_turn_p50_ms")
 		return rep
 	}
 	b.ResetTimer()
-	d := run("direct", direct)
-	p := run("pgbouncer", bounced)
+	run("direct", backends.DirectURL)
+	run("direct_exec", backends.DirectURL+"&default_query_exec_mode=exec")
+	run("pgbouncer", backends.DatabaseURL)
 	b.StopTimer()
-	b.ReportMetric(d.TurnsPerSecond, "direct_turns/s")
-	b.ReportMetric(p.TurnsPerSecond, "pgbouncer_turns/s")
-	b.ReportMetric(d.TurnTime.P50, "direct_turn_p50_ms")
-	b.ReportMetric(p.TurnTime.P50, "pgbouncer_turn_p50_ms")
+	stats := pgbouncer.Stats(b, backends.PgBouncerAddr)
+	b.ReportMetric(stats.AvgXactMicros/1000, "pgbouncer_xact_ms")
+	b.ReportMetric(stats.AvgWaitMicros/1000, "pgbouncer_wait_ms")
 	b.ReportMetric(0, "ns/op")
 }
 

@@ -56,6 +56,8 @@ type Backends struct {
 	DatabaseURL string
 	// DirectURL is the chatd database on Primary.
 	DirectURL string
+	// PgBouncerAddr is PgBouncer's address ("" without one).
+	PgBouncerAddr string
 	// NATSURL is what the services are given (a list for a cluster).
 	NATSURL string
 	// NATS is the single NATS server; NATSCluster the cluster when
@@ -78,7 +80,7 @@ func StartPrivate(t testing.TB, p Private) *Backends {
 		b.DatabaseURL = b.DirectURL
 	}
 	if p.PgBouncerPool > 0 {
-		b.DatabaseURL = bounce(t, b.Primary, b.DirectURL, p.PgBouncerPool)
+		b.PgBouncerAddr, b.DatabaseURL = bounce(t, b.Primary, b.DirectURL, p.PgBouncerPool)
 	}
 	if p.NATSNodes > 1 {
 		b.NATSCluster = natstest.NewCluster(t, p.NATSNodes)
@@ -134,10 +136,10 @@ func startReplicated(t testing.TB, opts pgcluster.Options) (primary, standby *pg
 }
 
 // bounce starts PgBouncer in front of c with poolSize server connections
-// and returns the URL of the chatd database through it. The session
+// and returns its address and the URL of the chatd database through it. The session
 // settings every chatd pool sends as startup parameters, which PgBouncer
 // drops, are set on the database instead, as the runbook says.
-func bounce(t testing.TB, c *pgcluster.Cluster, direct string, poolSize int) string {
+func bounce(t testing.TB, c *pgcluster.Cluster, direct string, poolSize int) (addr, url string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -148,8 +150,8 @@ func bounce(t testing.TB, c *pgcluster.Cluster, direct string, poolSize int) str
 		require.NoError(t, err)
 	}
 	require.NoError(t, conn.Close(ctx))
-	addr := pgbouncer.Start(t, c.Port, poolSize)
-	return fmt.Sprintf("postgres://postgres@%s/chatd?sslmode=disable&default_query_exec_mode=exec", addr)
+	addr = pgbouncer.Start(t, c.Port, poolSize)
+	return addr, fmt.Sprintf("postgres://postgres@%s/chatd?sslmode=disable&default_query_exec_mode=exec", addr)
 }
 
 func createDatabase(ctx context.Context, t testing.TB, c *pgcluster.Cluster) {

@@ -223,6 +223,16 @@ func (s *Stack) startWorker(t testing.TB, place WorkerPlace) int {
 	return len(s.Workers) - 1
 }
 
+// Stop ends every process of the stack (SIGTERM, as an orchestrator
+// stops a service), the stream replicas first.
+func (s *Stack) Stop(t testing.TB) {
+	t.Helper()
+	procs := append(append([]*servicetest.Process{}, s.StreamProcs...), s.API, s.Relay)
+	for _, p := range append(procs, s.Workers...) {
+		p.Terminate(t)
+	}
+}
+
 // Stderr is every process's standard error so far, each under a heading,
 // for failure messages.
 func (s *Stack) Stderr() string {
