@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/localport"
@@ -170,15 +171,17 @@ func Stats(t testing.TB, addr string) Totals {
 	return Totals{}
 }
 
+// toInt reads a counter of SHOW STATS, which PgBouncer types numeric.
 func toInt(v any) int64 {
 	switch n := v.(type) {
+	case pgtype.Numeric:
+		i, err := n.Int64Value()
+		if err != nil {
+			return 0
+		}
+		return i.Int64
 	case int64:
 		return n
-	case int32:
-		return int64(n)
-	case string:
-		i, _ := strconv.ParseInt(n, 10, 64)
-		return i
 	}
 	return 0
 }
