@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +13,6 @@ import (
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
 	"github.com/chatd/chatd/pkg/auth"
-	"github.com/chatd/chatd/pkg/db/migrate"
 	"github.com/chatd/chatd/pkg/db/pgcluster"
 )
 
@@ -159,27 +156,6 @@ func xidHorizon(ctx context.Context, b *testing.B, conn *pgx.Conn) int64 {
 // durableCluster starts a private cluster with fsync on (as production
 // runs) holding one migrated database, and returns the database's URL.
 func durableCluster(t testing.TB) string {
-	_, url := privateCluster(t, pgcluster.Options{Durable: true})
+	_, url := stacktest.PrivateCluster(t, pgcluster.Options{Durable: true})
 	return url
-}
-
-// privateCluster starts a private cluster holding one migrated database,
-// chatd, removed when the test ends, and returns it with the database's URL.
-func privateCluster(t testing.TB, opts pgcluster.Options) (*pgcluster.Cluster, string) {
-	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "chatd-e2e-")
-	require.NoError(t, err)
-	c, err := pgcluster.Start(dir, opts)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Remove() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, c.URL)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "CREATE DATABASE chatd")
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-	url := strings.Replace(c.URL, "/postgres?", "/chatd?", 1)
-	require.NoError(t, migrate.Up(ctx, url))
-	return c, url
 }

@@ -2,21 +2,21 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
-	"github.com/chatd/chatd/pkg/db/migrate"
-	"github.com/chatd/chatd/pkg/db/pgcluster"
+	"github.com/chatd/chatd/cmd/internal/strictllm"
 )
 
 // TestFailoverUnderLoad: a primary and a synchronous standby, the four
@@ -31,9 +31,10 @@ import (
 func TestFailoverUnderLoad(t *testing.T) {
 	t.Parallel()
 	const chats = 30
-	pair := startReplicatedPair(t)
-	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, DatabaseURL: pair.url,
+	model := startEchoModel(t)
+	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, Private: &stacktest.Private{SyncStandby: true},
 		WorkerEnv: failoverWorkerEnv()})
+	cfgID := useModel(t, s, model.URL)
 
 	var ledger failoverLedger
 	c := &faultClient{base: "http://" + s.APIHTTP, token: s.Token, observe: ledger.observe}
@@ -44,7 +45,8 @@ func TestFailoverUnderLoad(t *testing.T) {
 		var chat struct {
 			ID string `json:"id"`
 		}
-		c.do(ctx, t, "POST", "/api/v2/chats", fmt.Sprintf(`{"request_id":"create-%d"}`, i), &chat)
+		// Titled: no title call adds to the model's calls.
+		c.do(ctx, t, "POST", "/api/v2/chats", fmt.Sprintf(`{"request_id":"create-%d","title":"chat %d","model_config_id":%q}`, i, i, cfgID), &chat)
 		ids[i] = chat.ID
 	}
 
@@ -58,7 +60,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for turn := 1; !stop.Load(); turn++ {
-				body := fmt.Sprintf(`{"request_id":"m%d-%d","content":[{"type":"text","text":"m%d-%d\n::stream 8 40"}]}`, i, turn, i, turn)
+				body := fmt.Sprintf(`{"request_id":"m%d-%d","model_config_id":%q,"content":[{"type":"text","text":"m%d-%d"}]}`, i, turn, cfgID, i, turn)
 				if err := c.try(ctx, "POST", "/api/v2/chats/"+id+"/messages", body, nil); err != nil {
 					errs <- fmt.Errorf("chat %d turn %d: send: %w", i, turn, err)
 					return
@@ -79,7 +81,7 @@ func TestFailoverUnderLoad(t *testing.T) {
 		for done.Load() < n {
 			select {
 			case <-ctx.Done():
-				t.Fatalf("%s: only %d of %d turns finished\n%s\n%s", what, done.Load(), n, ownership(t, pair.url, ids), s.Stderr())
+				t.Fatalf("%s: only %d of %d turns finished\n%s\n%s", what, done.Load(), n, ownership(t, s.DatabaseURL, ids), s.Stderr())
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
@@ -87,12 +89,12 @@ func TestFailoverUnderLoad(t *testing.T) {
 	waitTurns(chats, "before the failover")
 
 	killed := time.Now()
-	require.NoError(t, pair.primary.Kill())
+	require.NoError(t, s.Backends.Primary.Kill())
 	select {
 	case <-ctx.Done():
 	case <-time.After(time.Second):
 	}
-	require.NoError(t, pair.standby.Promote())
+	require.NoError(t, s.Backends.Standby.Promote())
 	promoted := time.Now()
 	ledger.setPromoted(promoted)
 	waitTurns(done.Load()+chats, "after the promotion")
@@ -116,6 +118,54 @@ func TestFailoverUnderLoad(t *testing.T) {
 	}
 	require.Zero(t, ledger.without503RetryAfter.Load(), "every 503 carries Retry-After")
 	checkHistories(ctx, t, c, ids, turns)
+	// Both workers survived the failover, and so did their leases: no
+	// chat was taken over, so no turn's model call was made twice.
+	calls := map[string]int{}
+	for _, e := range model.Exchanges() {
+		calls[echoMarker(e.Request)]++
+	}
+	var twice []string
+	for i := range ids {
+		for turn := 1; turn <= turns[i]; turn++ {
+			m := fmt.Sprintf("m%d-%d", i, turn)
+			require.NotZero(t, calls[m], "turn %s answered without a model call", m)
+			if calls[m] > 1 {
+				twice = append(twice, fmt.Sprintf("%s ×%d", m, calls[m]))
+			}
+		}
+	}
+	require.Empty(t, twice, "turns whose model was called again after the failover (%d turns in all)", done.Load())
+}
+
+// startEchoModel is a provider double that answers each prompt as the
+// fault tests' histories expect ("echo: <prompt>" and eight tokens),
+// streamed 40 ms apart.
+func startEchoModel(t *testing.T) *strictllm.Server {
+	t.Helper()
+	return strictllm.Start(t, func(_ int, req strictllm.Request) strictllm.Reply {
+		pieces := []string{"echo: " + echoMarker(req) + "\n"}
+		for i := 1; i <= 8; i++ {
+			sep := " "
+			if i == 1 {
+				sep = ""
+			}
+			pieces = append(pieces, fmt.Sprintf("%stok%d", sep, i))
+		}
+		return strictllm.Reply{Pieces: pieces, Pace: 40 * time.Millisecond}
+	})
+}
+
+var promptMarker = regexp.MustCompile(`m[0-9]+-[0-9]+`)
+
+// echoMarker is the m<chat>-<turn> marker of the call's last prompt.
+func echoMarker(req strictllm.Request) string {
+	for j := len(req.Messages) - 1; j >= 0; j-- {
+		if req.Messages[j].Role == "user" {
+			raw, _ := json.Marshal(req.Messages[j].Content)
+			return promptMarker.FindString(string(raw))
+		}
+	}
+	return ""
 }
 
 // failoverLedger counts the api's answers by status and records the first
@@ -205,40 +255,6 @@ func checkHistories(ctx context.Context, t *testing.T, c *faultClient, ids []str
 			require.Equal(t, "echo: "+marker+"\ntok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8", text.String(), "chat %d turn %d", i, turn)
 		}
 	}
-}
-
-// replicatedPair is a primary with a synchronous standby holding one
-// migrated database, and the multi-host URL that finds the primary.
-type replicatedPair struct {
-	primary, standby *pgcluster.Cluster
-	url              string
-}
-
-func startReplicatedPair(t *testing.T) replicatedPair {
-	t.Helper()
-	dir := func() string {
-		d, err := os.MkdirTemp("/tmp", "chatd-e2e-")
-		require.NoError(t, err)
-		return d
-	}
-	primary, err := pgcluster.Start(dir(), pgcluster.Options{SynchronousStandby: "standby1"})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = primary.Remove() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	// Every commit waits for the standby: it streams before the first.
-	standby, err := pgcluster.StartStandby(dir(), primary, "standby1", pgcluster.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = standby.Remove() })
-	require.NoError(t, primary.WaitSynchronous(ctx, "standby1"))
-	conn, err := pgx.Connect(ctx, primary.URL)
-	require.NoError(t, err)
-	_, err = conn.Exec(ctx, "CREATE DATABASE chatd")
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/chatd?sslmode=disable&target_session_attrs=read-write", primary.Port, standby.Port)
-	require.NoError(t, migrate.Up(ctx, url), "migrations through the multi-host URL")
-	return replicatedPair{primary: primary, standby: standby, url: url}
 }
 
 // failoverWorkerEnv is the workers' settings: the defaults, unless

@@ -15,8 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
-	"github.com/chatd/chatd/pkg/db/pgcluster"
-	"github.com/chatd/chatd/pkg/natstest"
 )
 
 // TestFaultsUnderLoad: the four services as processes with two workers,
@@ -32,9 +30,7 @@ import (
 func TestFaultsUnderLoad(t *testing.T) {
 	t.Parallel()
 	const chats = 16
-	dbURL := faultCluster(t)
-	nats := natstest.NewOutage(t)
-	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, DatabaseURL: dbURL.url, NATSURL: nats.URL(),
+	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, Private: &stacktest.Private{},
 		// The shortest lease the worker accepts and a quick acquisition
 		// pass: the survivor takes the killed worker's chats within
 		// seconds.
@@ -122,10 +118,10 @@ func TestFaultsUnderLoad(t *testing.T) {
 	outage.down = true
 	outage.Unlock()
 	phase("NATS stops")
-	nats.Stop()
+	s.Backends.NATS.Stop()
 	pause(5 * time.Second)
 	atOutageEnd := done.Load()
-	nats.Start()
+	s.Backends.NATS.Start()
 	phase("NATS starts")
 	natsBack := time.Now()
 	outage.Lock()
@@ -135,9 +131,9 @@ func TestFaultsUnderLoad(t *testing.T) {
 	sinceNATS := time.Since(natsBack)
 
 	phase("Postgres stops")
-	require.NoError(t, dbURL.cluster.Stop())
+	require.NoError(t, s.Backends.Primary.Stop())
 	pause(3 * time.Second)
-	require.NoError(t, dbURL.cluster.Start())
+	require.NoError(t, s.Backends.Primary.Start())
 	phase("Postgres starts")
 	pgBack := time.Now()
 	waitProgress(done.Load()+chats/2, "after Postgres returned")
@@ -192,20 +188,6 @@ func TestFaultsUnderLoad(t *testing.T) {
 			require.Equal(t, "echo: "+marker+"\ntok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8", text.String(), "chat %d turn %d", i, turn)
 		}
 	}
-}
-
-// faultDB is the fault test's own cluster and database.
-type faultDB struct {
-	cluster *pgcluster.Cluster
-	url     string
-}
-
-// faultCluster starts a private cluster (fsync off) with one migrated
-// database; it is removed when the test ends.
-func faultCluster(t *testing.T) faultDB {
-	t.Helper()
-	c, url := privateCluster(t, pgcluster.Options{})
-	return faultDB{cluster: c, url: url}
 }
 
 // faultClient calls the REST API and retries what a fault can fail: a

@@ -55,7 +55,7 @@ func BenchmarkSendToFirstPart(b *testing.B) {
 	// A private cluster with fsync on: what production runs, and no other
 	// test's connections or transactions in the figures.
 	tracked := trackStatements()
-	_, dbURL := privateCluster(b, pgcluster.Options{Durable: true, TrackStatements: tracked})
+	_, dbURL := stacktest.PrivateCluster(b, pgcluster.Options{Durable: true, TrackStatements: tracked})
 	opts := stacktest.Options{Streams: 1, DatabaseURL: dbURL}
 	workerMetrics := ""
 	if stages {

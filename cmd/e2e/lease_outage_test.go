@@ -21,8 +21,7 @@ import (
 func TestLeaseLostInOutageIsTakenAgain(t *testing.T) {
 	t.Parallel()
 	const chats = 5 // the default deployment-wide limit of root chats
-	db := faultCluster(t)
-	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 1, DatabaseURL: db.url,
+	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 1, Private: &stacktest.Private{},
 		WorkerEnv: []string{"CHATD_LEASE_SECONDS=10", "CHATD_ACQUIRE_INTERVAL=250ms"}})
 	c := &faultClient{base: "http://" + s.APIHTTP, token: s.Token}
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
@@ -40,14 +39,14 @@ func TestLeaseLostInOutageIsTakenAgain(t *testing.T) {
 	}
 	waitOwned(ctx, t, s.DatabaseURL, ids)
 
-	require.NoError(t, db.cluster.Stop())
+	require.NoError(t, s.Backends.Primary.Stop())
 	// Longer than the lease (10 s): every lease lapses while the heartbeat
 	// cannot reach the database.
 	select {
 	case <-ctx.Done():
 	case <-time.After(13 * time.Second):
 	}
-	require.NoError(t, db.cluster.Start())
+	require.NoError(t, s.Backends.Primary.Start())
 
 	for i, id := range ids {
 		if err := c.waitAnswered(ctx, id, 2); err != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
-	"github.com/chatd/chatd/pkg/natstest"
 )
 
 // TestNATSNodeLostUnderLoad: the four services (two workers) on a 3-node
@@ -23,8 +22,7 @@ import (
 func TestNATSNodeLostUnderLoad(t *testing.T) {
 	t.Parallel()
 	const chats = 12
-	cluster := natstest.NewCluster(t, 3)
-	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, NATSURL: cluster.URLs(),
+	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, Private: &stacktest.Private{NATSNodes: 3},
 		WorkerEnv: []string{"CHATD_MAX_ROOT_CHATS=0"}})
 	c := &faultClient{base: "http://" + s.APIHTTP, token: s.Token}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -84,7 +82,7 @@ func TestNATSNodeLostUnderLoad(t *testing.T) {
 	}
 	waitTurns(2*chats, "before the node loss")
 	lost := time.Now()
-	cluster.Servers[0].Shutdown()
+	s.Backends.NATSCluster.Servers[0].Shutdown()
 	waitTurns(done.Load()+3*chats, "after the node loss")
 	stop.Store(true)
 	wg.Wait()

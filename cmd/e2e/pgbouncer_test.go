@@ -18,27 +18,11 @@ import (
 	"github.com/chatd/chatd/pkg/db/pgcluster"
 )
 
-// throughPgBouncer starts a private cluster with a migrated database (the
-// migrations go straight to Postgres, as the runbook says), the session
-// settings on the database (PgBouncer drops them as startup parameters),
-// and PgBouncer 1.18 in transaction mode in front of it. It returns the
-// direct URL and the URL through PgBouncer, which carries
-// default_query_exec_mode=exec: PgBouncer before 1.21 does not track
-// prepared statements, and pgx's default mode prepares named ones.
-func throughPgBouncer(t testing.TB, poolSize int) (direct, bounced string) {
-	t.Helper()
-	c, url := privateCluster(t, pgcluster.Options{MaxConnections: 400})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	require.NoError(t, err)
-	for _, set := range []string{"statement_timeout = '30s'", "lock_timeout = '10s'", "idle_in_transaction_session_timeout = '30s'"} {
-		_, err = conn.Exec(ctx, "ALTER DATABASE chatd SET "+set)
-		require.NoError(t, err)
-	}
-	require.NoError(t, conn.Close(ctx))
-	addr := pgbouncer.Start(t, c.Port, poolSize)
-	return url, fmt.Sprintf("postgres://postgres@%s/chatd?sslmode=disable&default_query_exec_mode=exec", addr)
+// throughPgBouncer is a private cluster behind PgBouncer 1.18 in
+// transaction mode with poolSize server connections
+// (stacktest.Private.PgBouncerPool).
+func throughPgBouncer(poolSize int) *stacktest.Private {
+	return &stacktest.Private{Postgres: pgcluster.Options{MaxConnections: 400}, PgBouncerPool: poolSize}
 }
 
 // TestTurnsThroughPgBouncer: the four services (two workers) with every
@@ -50,8 +34,7 @@ func TestTurnsThroughPgBouncer(t *testing.T) {
 	const chats, turns = 10, 4
 	// Fewer server connections than the services' pools hold: sessions
 	// share them transaction by transaction.
-	_, url := throughPgBouncer(t, 10)
-	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, DatabaseURL: url,
+	s := stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: 2, Private: throughPgBouncer(10),
 		WorkerEnv: []string{"CHATD_MAX_ROOT_CHATS=0"}})
 	c := &faultClient{base: "http://" + s.APIHTTP, token: s.Token}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
@@ -116,20 +99,22 @@ func TestTurnsThroughPgBouncer(t *testing.T) {
 	require.NotContains(t, s.Stderr(), "prepared statement", "no service met PgBouncer's missing prepared statements")
 }
 
-// BenchmarkTurnsThroughPgBouncer is the load benchmark twice in one run:
-// the four services on Postgres directly, then through PgBouncer in
-// transaction mode (default_query_exec_mode=exec), each for b.N turns
-// over CHATD_BENCH_CHATS chats (default 50), with
-// CHATD_BENCH_PGBOUNCER_POOL server connections. It reports turns/s and the
-// turn time p50 of both. Run it with a fixed count, e.g.
-// -benchtime=1000x.
+// BenchmarkTurnsThroughPgBouncer is the load benchmark three times in one
+// run, on one private cluster: the four services on Postgres directly
+// (pgx's default query mode, which caches prepared statements), directly
+// with default_query_exec_mode=exec (what PgBouncer before 1.21 needs),
+// and through PgBouncer in transaction mode with that mode; each for b.N
+// turns over CHATD_BENCH_CHATS chats (default 50), with
+// CHATD_BENCH_PGBOUNCER_POOL server connections (default 100). It reports
+// turns/s and the turn time p50 of each, and PgBouncer's own average
+// transaction time and client wait for a server connection. Run it with a
+// fixed count, e.g. -benchtime=1000x.
 func BenchmarkTurnsThroughPgBouncer(b *testing.B) {
 	chats := envInt("CHATD_BENCH_CHATS", 50)
-	// PgBouncer's server connections (CHATD_BENCH_PGBOUNCER_POOL, default
-	// 100): at least what the services' pools hold at once.
-	direct, bounced := throughPgBouncer(b, envInt("CHATD_BENCH_PGBOUNCER_POOL", 100))
+	backends := stacktest.StartPrivate(b, *throughPgBouncer(envInt("CHATD_BENCH_PGBOUNCER_POOL", 100)))
 	run := func(name, url string) *loadgen.Report {
 		s := stacktest.StartWith(b, stacktest.Options{Streams: 1, DatabaseURL: url, WorkerEnv: []string{"CHATD_MAX_ROOT_CHATS=0"}})
+		defer s.Stop(b)
 		rep, err := loadgen.Run(context.Background(), loadgen.Config{
 			BaseURL: "http://" + s.APIHTTP, StreamURL: "http://" + s.Streams[0], Token: s.Token,
 			Chats: chats, Turns: b.N, TurnTimeout: 2 * time.Minute,
@@ -140,16 +125,18 @@ func BenchmarkTurnsThroughPgBouncer(b *testing.B) {
 		if rep.Failed > 0 {
 			b.Errorf("%s: %d of %d turns failed: %+v\n%s", name, rep.Failed, rep.Turns, rep.Errors, s.Stderr())
 		}
+		b.ReportMetric(rep.TurnsPerSecond, name+"_turns/s")
+		b.ReportMetric(rep.TurnTime.P50, name+"_turn_p50_ms")
 		return rep
 	}
 	b.ResetTimer()
-	d := run("direct", direct)
-	p := run("pgbouncer", bounced)
+	run("direct", backends.DirectURL)
+	run("direct_exec", backends.DirectURL+"&default_query_exec_mode=exec")
+	run("pgbouncer", backends.DatabaseURL)
+	stats := pgbouncer.Stats(b, backends.PgBouncerAddr)
 	b.StopTimer()
-	b.ReportMetric(d.TurnsPerSecond, "direct_turns/s")
-	b.ReportMetric(p.TurnsPerSecond, "pgbouncer_turns/s")
-	b.ReportMetric(d.TurnTime.P50, "direct_turn_p50_ms")
-	b.ReportMetric(p.TurnTime.P50, "pgbouncer_turn_p50_ms")
+	b.ReportMetric(stats.AvgXactMicros/1000, "pgbouncer_xact_ms")
+	b.ReportMetric(stats.AvgWaitMicros/1000, "pgbouncer_wait_ms")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -163,7 +150,7 @@ func TestPgBouncerNeedsExecMode(t *testing.T) {
 	t.Parallel()
 	// Fewer server connections than clients: each transaction may land on
 	// any of them, as under a deployment's load.
-	_, bounced := throughPgBouncer(t, 2)
+	bounced := stacktest.StartPrivate(t, *throughPgBouncer(2)).DatabaseURL
 	run := func(url string) (failures int, first error) {
 		pool, err := dbpool.New(context.Background(), url, dbpool.Settings{MaxConns: 8}, dbpool.Options{})
 		require.NoError(t, err)

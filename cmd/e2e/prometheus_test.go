@@ -3,8 +3,11 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -16,37 +19,46 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/cmd/internal/stacktest"
+	"github.com/chatd/chatd/cmd/internal/strictllm"
+	"github.com/chatd/chatd/pkg/agenthooks"
+	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
-// needsOwnTraffic are the metric families a scripted turn on a stack
-// without hooks cannot produce (a failed HTTP provider attempt, a hook
-// dispatch, a stage anomaly): their dashboard queries must run, and may be
-// empty. TestOpsKitMetricsExist checks the families exist.
-var needsOwnTraffic = []string{"chatd_provider_errors_total", "chatd_hook_dispatches_total", "chatd_stage_anomalies_total"}
-
 // TestPrometheusScrapesTheDashboard: Debian's Prometheus scrapes the four
-// services after a turn (the stage metrics on, a watcher open), and every
-// query of the Grafana dashboard runs and returns a result (except the
-// families needsOwnTraffic lists, which must run).
+// services while they work (the stage metrics on, a watcher open, a
+// lifecycle hook consumer answering the worker's dispatches, a provider
+// that fails its first attempt), and every query of the Grafana
+// dashboard runs and returns a result.
 func TestPrometheusScrapesTheDashboard(t *testing.T) {
 	t.Parallel()
 	bin, err := exec.LookPath("prometheus")
 	require.NoError(t, err, "Prometheus is needed (apt-get install prometheus)")
+	dir := t.TempDir()
+	hookEnv := startHookConsumer(t, dir)
+	// The first call fails as an overloaded provider's does; chatd retries.
+	model := strictllm.Start(t, func(n int, _ strictllm.Request) strictllm.Reply {
+		if n == 1 {
+			return strictllm.Reply{Status: http.StatusServiceUnavailable}
+		}
+		return strictllm.Reply{Text: "fine"}
+	})
 	workerMetrics, relayMetrics := servicetest.FreeAddr(t), servicetest.FreeAddr(t)
 	s := stacktest.StartWith(t, stacktest.Options{
-		Streams:   1,
-		Env:       []string{"CHATD_EXPERIMENTS=chat-stage-metrics"},
-		WorkerEnv: []string{"CHATD_METRICS_ADDR=" + workerMetrics, "CHATD_LEASE_SECONDS=10"},
-		RelayEnv:  []string{"CHATD_METRICS_ADDR=" + relayMetrics},
+		Streams: 1,
+		Env:     []string{"CHATD_EXPERIMENTS=chat-stage-metrics"},
+		WorkerEnv: append([]string{"CHATD_METRICS_ADDR=" + workerMetrics, "CHATD_LEASE_SECONDS=10",
+			"CHATD_EXPERIMENTS=chat-stage-metrics," + hooks.Experiment}, hookEnv...),
+		RelayEnv: []string{"CHATD_METRICS_ADDR=" + relayMetrics},
 	})
+	cfgID := useModel(t, s, model.URL)
+	s.Post(t, "/api/v2/chats", fmt.Sprintf(`{"title":"on the double","model_config_id":%q,"content":[{"type":"text","text":"hello"}]}`, cfgID))
 	chatID := s.Post(t, "/api/v2/chats", `{}`)["id"].(string)
 	events, closeEvents := s.OpenSSE(t, s.Streams[0], chatID, "")
 	defer closeEvents()
 	// Long enough for heartbeat ticks and several scrapes while it streams.
 	s.Post(t, "/api/v2/chats/"+chatID+"/messages", `{"content":[{"type":"text","text":"::stream 60 10"}]}`)
 
-	dir := t.TempDir()
 	config := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
@@ -110,14 +122,10 @@ scrape_configs:
 				continue
 			}
 			queries++
-			mayBeEmpty := false
-			for _, family := range needsOwnTraffic {
-				mayBeEmpty = mayBeEmpty || strings.Contains(expr, family)
-			}
 			for {
 				n, err := query(expr)
 				require.NoError(t, err, "panel %q: %s", p.Title, expr)
-				if n > 0 || mayBeEmpty {
+				if n > 0 {
 					break
 				}
 				select {
@@ -133,4 +141,23 @@ scrape_configs:
 		}
 	}
 	require.Greater(t, queries, 20, "the dashboard's queries were read")
+}
+
+// startHookConsumer serves the agenthooks SDK's handler, which answers
+// every lifecycle event with a no-op, over TLS with a certificate written
+// to dir, and returns the worker settings that dispatch to it and trust
+// that certificate.
+func startHookConsumer(t *testing.T, dir string) []string {
+	t.Helper()
+	const secret = "hook-secret-hook-secret-hook-secret-0123"
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	hookURL := "https://" + l.Addr().String() + "/hooks"
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: agenthooks.NewHTTPHandler([]byte(secret), hookURL, agenthooks.Hooks{})}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(dir, "hook-ca.pem")
+	require.NoError(t, os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644))
+	return []string{"CHATD_HOOK_URL=" + hookURL, "CHATD_HOOK_SECRET=" + secret, "CHATD_DEPLOYMENT_ID=e2e-prometheus",
+		"SSL_CERT_FILE=" + ca}
 }

@@ -24,7 +24,14 @@ type Outage struct {
 // is shut down with t.Cleanup.
 func NewOutage(t testing.TB) *Outage {
 	t.Helper()
-	o := &Outage{t: t, opts: server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true}}
+	return NewOutageOn(t, "127.0.0.1")
+}
+
+// NewOutageOn is NewOutage listening on host instead of 127.0.0.1 (the
+// host side of a test's veth link, which a network namespace reaches).
+func NewOutageOn(t testing.TB, host string) *Outage {
+	t.Helper()
+	o := &Outage{t: t, opts: server.Options{Host: host, Port: server.RANDOM_PORT, NoLog: true, NoSigs: true}}
 	o.Start()
 	t.Cleanup(o.Stop)
 	return o

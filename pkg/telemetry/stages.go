@@ -255,6 +255,12 @@ func NewStages(o StagesOptions) *Stages {
 		}
 		return c
 	}
+	anomalies := counter(MetricStageAnomalies, "Stage recording anomalies by reason (stale_anchor).")
+	// Exported at zero from the start: a dashboard or alert on the rate of
+	// a counter that appears only with its first event sees no data, not
+	// 0, until then (Prometheus' advice: initialise the known label
+	// values).
+	anomalies.Add(context.Background(), 0, metric.WithAttributes(attribute.String(AttrReason, AnomalyStaleAnchor)))
 	return &Stages{
 		tracer: tp.Tracer(ScopeName),
 		now:    now,
@@ -263,7 +269,7 @@ func NewStages(o StagesOptions) *Stages {
 			"Duration of the turn-scoped stages that are the provider's work on a model (stream, provider_attempt), by model."),
 		ttft:      hist(MetricTTFT, "Time from opening a model request to its first streamed output part, by model."),
 		outcomes:  counter(MetricTurnOutcomes, "Closed chat turns by outcome (completed, error, interrupted, abandoned) and chat kind."),
-		anomalies: counter(MetricStageAnomalies, "Stage recording anomalies by reason (stale_anchor)."),
+		anomalies: anomalies,
 		provErrs:  counter(MetricProviderErrors, "Failed provider attempts by provider type, model and kind (transport, http_429, http_4xx, http_5xx)."),
 	}
 }

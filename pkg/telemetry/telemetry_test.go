@@ -84,6 +84,30 @@ func TestSetupInMemoryExporters(t *testing.T) {
 	require.Equal(t, "chatd-test", svc.AsString())
 }
 
+// TestAnomaliesExportedAtZero: the anomaly counter is there before the
+// first anomaly, at 0, so a dashboard's rate of it reads 0 instead of no
+// data.
+func TestAnomaliesExportedAtZero(t *testing.T) {
+	t.Parallel()
+	reader := sdkmetric.NewManualReader()
+	tel := setup(t, telemetry.Options{MetricReader: reader})
+	telemetry.NewStages(telemetry.StagesOptions{MeterProvider: tel.MeterProvider, DisableSpans: true})
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	var points []metricdata.DataPoint[int64]
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == telemetry.MetricStageAnomalies {
+				points = append(points, m.Data.(metricdata.Sum[int64]).DataPoints...)
+			}
+		}
+	}
+	require.Len(t, points, 1)
+	reason, _ := points[0].Attributes.Value(telemetry.AttrReason)
+	require.Equal(t, telemetry.AnomalyStaleAnchor, reason.AsString())
+	require.Zero(t, points[0].Value)
+}
+
 // TestMetricsEndpoint serves the registry through service.Run's metrics
 // listener (the worker's and relay's CHATD_METRICS_ADDR) and reads it.
 func TestMetricsEndpoint(t *testing.T) {

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/localport"
@@ -76,6 +78,7 @@ listen_port = %d
 unix_socket_dir =
 auth_type = trust
 auth_file = %s
+admin_users = postgres
 pool_mode = transaction
 max_client_conn = 2000
 default_pool_size = %d
@@ -119,4 +122,66 @@ server_reset_query =
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// Totals are PgBouncer's counters for the chatd database since it
+// started (SHOW STATS), per transaction.
+type Totals struct {
+	Transactions int64
+	// AvgXactMicros is the time a server connection spent in a client's
+	// transaction; AvgWaitMicros the time clients waited for a server
+	// connection, both per transaction.
+	AvgXactMicros, AvgWaitMicros float64
+}
+
+// Stats reads the totals of the PgBouncer at addr from its admin console.
+func Stats(t testing.TB, addr string) Totals {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("postgres://postgres@%s/pgbouncer?sslmode=disable", addr))
+	require.NoError(t, err)
+	// The admin console speaks the simple protocol only.
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	rows, err := conn.Query(ctx, "SHOW STATS")
+	require.NoError(t, err)
+	defer rows.Close()
+	for rows.Next() {
+		values, err := rows.Values()
+		require.NoError(t, err)
+		row := map[string]any{}
+		for i, f := range rows.FieldDescriptions() {
+			row[f.Name] = values[i]
+		}
+		if row["database"] != "chatd" {
+			continue
+		}
+		n := toInt(row["total_xact_count"])
+		if n == 0 {
+			return Totals{}
+		}
+		return Totals{Transactions: n,
+			AvgXactMicros: float64(toInt(row["total_xact_time"])) / float64(n),
+			AvgWaitMicros: float64(toInt(row["total_wait_time"])) / float64(n)}
+	}
+	require.NoError(t, rows.Err())
+	return Totals{}
+}
+
+// toInt reads a counter of SHOW STATS, which PgBouncer types numeric.
+func toInt(v any) int64 {
+	switch n := v.(type) {
+	case pgtype.Numeric:
+		i, err := n.Int64Value()
+		if err != nil {
+			return 0
+		}
+		return i.Int64
+	case int64:
+		return n
+	}
+	return 0
 }

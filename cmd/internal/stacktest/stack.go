@@ -51,6 +51,13 @@ type Stack struct {
 	Workers     []*servicetest.Process
 	WorkerAddrs []string
 	Token       string // a bearer token for a fresh user and organization
+	// Backends are the stack's own Postgres and NATS (Options.Private);
+	// nil otherwise.
+	Backends *Backends
+
+	workerBin string
+	// workerEnv builds a worker's environment from its extra settings.
+	workerEnv func(extra ...string) []string
 }
 
 // Options says what StartWith starts.
@@ -81,6 +88,27 @@ type Options struct {
 	// NATSURL is a NATS server to use instead of a fresh in-process one
 	// (the fault tests stop and start theirs).
 	NATSURL string
+	// Private, when set, starts the Postgres and NATS the stack runs on
+	// (Stack.Backends) instead of taking DatabaseURL and NATSURL.
+	Private *Private
+	// Places says where the first workers run (worker i at Places[i]);
+	// the others run as plain processes.
+	Places []WorkerPlace
+}
+
+// WorkerPlace says where a worker process runs and how it reaches the
+// rest: a worker in a test's network namespace is given the addresses of
+// its links instead of loopback.
+type WorkerPlace struct {
+	// Command, when set, runs the worker through it: Command[0] with
+	// Command[1:] and then the worker's binary as arguments (ip netns
+	// exec <name>).
+	Command []string
+	// Addr is the worker's gRPC address, which it also registers as its
+	// parts address; a free 127.0.0.1 address when empty.
+	Addr string
+	// DatabaseURL and NATSURL, when set, replace the stack's.
+	DatabaseURL, NATSURL string
 }
 
 // Start builds and starts the stack with one worker and the given number
@@ -101,6 +129,12 @@ func StartWith(t testing.TB, o Options) *Stack {
 		o.LogLevel = "warn"
 	}
 	dbURL, natsURL := o.DatabaseURL, o.NATSURL
+	var backends *Backends
+	if o.Private != nil {
+		require.True(t, dbURL == "" && natsURL == "", "Options.Private starts the database and NATS; DatabaseURL and NATSURL must be empty")
+		backends = StartPrivate(t, *o.Private)
+		dbURL, natsURL = backends.DatabaseURL, backends.NATSURL
+	}
 	if dbURL == "" {
 		dbURL = dbtest.NewDatabase(t)
 	}
@@ -113,18 +147,22 @@ func StartWith(t testing.TB, o Options) *Stack {
 	env := func(extra ...string) []string {
 		return servicetest.Env(append(append([]string{}, common...), extra...)...)
 	}
-	s := &Stack{APIHTTP: servicetest.FreeAddr(t), DatabaseURL: dbURL, NATSURL: natsURL}
+	s := &Stack{APIHTTP: servicetest.FreeAddr(t), DatabaseURL: dbURL, NATSURL: natsURL, Backends: backends}
 	s.RelayGRPC = servicetest.FreeAddr(t)
 
 	s.API = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/api")),
 		env(append([]string{"CHATD_HTTP_ADDR=" + s.APIHTTP, "CHATD_GRPC_ADDR=" + servicetest.FreeAddr(t), "CHATD_RATE_LIMIT_PER_SECOND=0",
 			"CHATD_RELAY_ADDR=" + s.RelayGRPC}, o.APIEnv...)...))
-	workerBin := servicetest.Build(t, filepath.Join(root, "services/worker"))
+	s.workerBin = servicetest.Build(t, filepath.Join(root, "services/worker"))
+	s.workerEnv = func(extra ...string) []string {
+		return env(append(append([]string{"CHATD_ACQUIRE_INTERVAL=1s"}, o.WorkerEnv...), extra...)...)
+	}
 	for i := 0; i < o.Workers; i++ {
-		addr := servicetest.FreeAddr(t)
-		extra := append([]string{"CHATD_GRPC_ADDR=" + addr, "CHATD_ADVERTISE_ADDR=" + addr, "CHATD_ACQUIRE_INTERVAL=1s"}, o.WorkerEnv...)
-		p := servicetest.Start(t, workerBin, env(extra...))
-		s.Workers, s.WorkerAddrs = append(s.Workers, p), append(s.WorkerAddrs, addr)
+		var place WorkerPlace
+		if i < len(o.Places) {
+			place = o.Places[i]
+		}
+		s.startWorker(t, place)
 	}
 	s.Worker, s.WorkerGRPC = s.Workers[0], s.WorkerAddrs[0]
 	s.Relay = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/relay")),
@@ -150,6 +188,50 @@ func StartWith(t testing.TB, o Options) *Stack {
 	s.Token, err = signer.Sign(auth.Claims{UserID: uuid.New(), OrganizationID: uuid.New()}, time.Hour)
 	require.NoError(t, err)
 	return s
+}
+
+// StartWorker starts one more worker process where place says, waits
+// until it serves, and returns its index in Workers.
+func (s *Stack) StartWorker(t testing.TB, place WorkerPlace) int {
+	t.Helper()
+	i := s.startWorker(t, place)
+	s.Workers[i].WaitServing(t, s.WorkerAddrs[i], "")
+	return i
+}
+
+// startWorker starts a worker process where place says without waiting
+// for it, and returns its index in Workers.
+func (s *Stack) startWorker(t testing.TB, place WorkerPlace) int {
+	t.Helper()
+	addr := place.Addr
+	if addr == "" {
+		addr = servicetest.FreeAddr(t)
+	}
+	extra := []string{"CHATD_GRPC_ADDR=" + addr, "CHATD_ADVERTISE_ADDR=" + addr}
+	if place.DatabaseURL != "" {
+		extra = append(extra, "CHATD_DATABASE_URL="+place.DatabaseURL)
+	}
+	if place.NATSURL != "" {
+		extra = append(extra, "CHATD_NATS_URL="+place.NATSURL)
+	}
+	bin, args := s.workerBin, []string(nil)
+	if len(place.Command) > 0 {
+		bin, args = place.Command[0], append(append([]string{}, place.Command[1:]...), s.workerBin)
+	}
+	// Later settings win: the place's addresses override the stack's.
+	p := servicetest.Start(t, bin, s.workerEnv(extra...), args...)
+	s.Workers, s.WorkerAddrs = append(s.Workers, p), append(s.WorkerAddrs, addr)
+	return len(s.Workers) - 1
+}
+
+// Stop ends every process of the stack (SIGTERM, as an orchestrator
+// stops a service), the stream replicas first.
+func (s *Stack) Stop(t testing.TB) {
+	t.Helper()
+	procs := append(append([]*servicetest.Process{}, s.StreamProcs...), s.API, s.Relay)
+	for _, p := range append(procs, s.Workers...) {
+		p.Terminate(t)
+	}
 }
 
 // Stderr is every process's standard error so far, each under a heading,

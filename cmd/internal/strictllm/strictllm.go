@@ -2,17 +2,20 @@
 // tests that is as strict about a conversation as real providers are: a
 // request whose history holds an assistant tool call without a tool
 // message answering it (or a tool message answering no call) is refused
-// with OpenAI's 400. It counts the model calls it answered, and a test
-// decides each answer (a text, or tool calls).
+// with OpenAI's 400. It records the model calls it answered (who called,
+// when each began and ended), and a test decides each answer (a text, a
+// text streamed slowly, or tool calls).
 package strictllm
 
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Message is one message of a request, as the server reads it.
@@ -36,20 +39,42 @@ type Call struct {
 }
 
 // Reply is the model's answer: its reasoning (streamed first, as
-// reasoning_content deltas the way vLLM and Ollama stream it), its text,
-// then its tool calls.
+// reasoning_content deltas the way vLLM and Ollama stream it), its text
+// (Text, else Pieces), then its tool calls.
 type Reply struct {
 	Reasoning string
 	Text      string
 	Calls     []Call
+	// Pieces, when Text is empty, are the text streamed as one chunk each,
+	// Pace apart: a model that takes its time, whose stream the caller
+	// may cancel (Exchange.Completed is then false).
+	Pieces []string
+	Pace   time.Duration
+	// Hold, when set, keeps a stream of Pieces open after the last piece
+	// until it is closed or the caller goes away: a model still
+	// generating, for as long as the test wants.
+	Hold <-chan struct{}
+	// Status, when set, is an HTTP error status (a provider's 429 or 5xx)
+	// the call is answered with instead, with OpenAI's error body.
+	Status int
 }
 
-// Request is one accepted call: its messages and the number of tools it
+// Request is one accepted call: its messages, the number of tools it
 // offered (chatd's agent loop offers its tools; a title request offers
-// none).
+// none) and the caller's IP address.
 type Request struct {
 	Messages []Message
 	Tools    int
+	Remote   string
+}
+
+// Exchange is one accepted call as the server saw it: when it began and
+// ended, and whether its whole answer was sent (false when the caller
+// went away mid-stream).
+type Exchange struct {
+	Request
+	Started, Ended time.Time
+	Completed      bool
 }
 
 // Server is the provider double. Answer decides the reply to the n-th
@@ -58,16 +83,28 @@ type Server struct {
 	URL    string // the base URL a provider's base_url takes (…/v1)
 	Answer func(n int, req Request) Reply
 
-	mu       sync.Mutex
-	requests []Request
-	refusals []string
+	mu        sync.Mutex
+	exchanges []Exchange
+	refusals  []string
 }
 
-// Start serves a Server until the test ends.
+// Start serves a Server on loopback until the test ends.
 func Start(t testing.TB, answer func(n int, req Request) Reply) *Server {
 	t.Helper()
+	return StartOn(t, "127.0.0.1:0", answer)
+}
+
+// StartOn serves a Server on addr (host:port; port 0 picks one) until the
+// test ends.
+func StartOn(t testing.TB, addr string, answer func(n int, req Request) Reply) *Server {
+	t.Helper()
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("strictllm: listen on %s: %v", addr, err)
+	}
 	s := &Server{Answer: answer}
-	srv := httptest.NewServer(http.HandlerFunc(s.serve))
+	srv := &httptest.Server{Listener: l, Config: &http.Server{Handler: http.HandlerFunc(s.serve)}}
+	srv.Start()
 	t.Cleanup(srv.Close)
 	s.URL = srv.URL + "/v1"
 	return s
@@ -77,14 +114,26 @@ func Start(t testing.TB, answer func(n int, req Request) Reply) *Server {
 func (s *Server) Calls() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.requests)
+	return len(s.exchanges)
 }
 
 // Requests are the calls the server answered, in order.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]Request(nil), s.requests...)
+	out := make([]Request, len(s.exchanges))
+	for i, e := range s.exchanges {
+		out[i] = e.Request
+	}
+	return out
+}
+
+// Exchanges are the calls the server answered, in order, as they stand
+// (a call still streaming has a zero Ended).
+func (s *Server) Exchanges() []Exchange {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Exchange(nil), s.exchanges...)
 }
 
 // AgentCalls is the number of answered calls that offered tools: the
@@ -126,13 +175,29 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		refuse(w, why)
 		return
 	}
-	accepted := Request{Messages: req.Messages, Tools: len(req.Tools)}
+	remote, _, _ := net.SplitHostPort(r.RemoteAddr)
+	accepted := Request{Messages: req.Messages, Tools: len(req.Tools), Remote: remote}
 	s.mu.Lock()
-	s.requests = append(s.requests, accepted)
-	n := len(s.requests)
+	s.exchanges = append(s.exchanges, Exchange{Request: accepted, Started: time.Now()})
+	n := len(s.exchanges)
 	s.mu.Unlock()
-	reply := s.Answer(n, accepted)
+	completed := s.answer(w, r, n, s.Answer(n, accepted))
+	s.mu.Lock()
+	s.exchanges[n-1].Ended, s.exchanges[n-1].Completed = time.Now(), completed
+	s.mu.Unlock()
+}
+
+// answer streams reply as call n's chunks; it reports false when the
+// caller went away before the last.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, n int, reply Reply) bool {
+	if reply.Status != 0 {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(reply.Status)
+		_, _ = fmt.Fprintf(w, `{"error":{"message":"The server had an error while processing your request (%d).","type":"server_error","param":null,"code":null}}`, reply.Status)
+		return true
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
+	flusher, _ := w.(http.Flusher)
 	chunk := func(choices string) {
 		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-%d\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"strict\",\"choices\":%s}\n\n", n, choices)
 	}
@@ -141,9 +206,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		reasoning, _ := json.Marshal(reply.Reasoning)
 		chunk(fmt.Sprintf(`[{"index":0,"delta":{"reasoning_content":%s},"finish_reason":null}]`, reasoning))
 	}
-	if reply.Text != "" || len(reply.Calls) == 0 {
-		text, _ := json.Marshal(reply.Text)
-		chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
+	if !s.streamText(w, r, flusher, reply, chunk) {
+		return false
 	}
 	finish := "stop"
 	if len(reply.Calls) > 0 {
@@ -156,6 +220,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	chunk(fmt.Sprintf(`[{"index":0,"delta":{},"finish_reason":%q}]`, finish))
 	chunk(`[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}`)
 	fmt.Fprint(w, "data: [DONE]\n\n")
+	return r.Context().Err() == nil
 }
 
 // Check returns why a real provider refuses msgs ("" when it accepts
@@ -196,4 +261,40 @@ func refuse(w http.ResponseWriter, msg string) {
 		"message": msg, "type": "invalid_request_error", "param": "messages", "code": nil,
 	}})
 	_, _ = w.Write(b)
+}
+
+// streamText streams reply's text: Text in one chunk (an empty one when
+// the reply has neither text nor calls), else Pieces, Pace apart, then
+// holds the stream while Hold is open. It reports false when the caller
+// went away first.
+func (s *Server) streamText(w http.ResponseWriter, r *http.Request, flusher http.Flusher, reply Reply, chunk func(string)) bool {
+	if reply.Text != "" || len(reply.Pieces) == 0 {
+		if reply.Text != "" || len(reply.Calls) == 0 {
+			text, _ := json.Marshal(reply.Text)
+			chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
+		}
+		return true
+	}
+	for i, p := range reply.Pieces {
+		if i > 0 {
+			select {
+			case <-r.Context().Done():
+				return false
+			case <-time.After(reply.Pace):
+			}
+		}
+		text, _ := json.Marshal(p)
+		chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	if reply.Hold != nil {
+		select {
+		case <-r.Context().Done():
+			return false
+		case <-reply.Hold:
+		}
+	}
+	return true
 }

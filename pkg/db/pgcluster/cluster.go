@@ -6,11 +6,13 @@ package pgcluster
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/chatd/chatd/pkg/localport"
 )
@@ -58,6 +60,11 @@ type Options struct {
 	// synchronous_commit on even on a throwaway cluster): a commit the
 	// server acknowledged is on the standby too (StartStandby).
 	SynchronousStandby string
+	// Networks are further networks the server serves besides loopback:
+	// it listens on each prefix's address and trusts every client in the
+	// prefix (pg_hba.conf), so that a test's network namespace reaches it
+	// over a veth link.
+	Networks []netip.Prefix
 }
 
 // Start starts the cluster in dir, creating it with initdb when dir/data
@@ -103,6 +110,9 @@ func start(dir string, opts Options, create func(run func(string, ...string) *ex
 			return nil, fmt.Errorf("pg_ctl stop (a server left running in %s): %v: %s", data, err, out)
 		}
 	}
+	if err := trustNetworks(data, opts.Networks); err != nil {
+		return nil, err
+	}
 	// Reserved, not merely free a moment ago: the port must stay free for
 	// the first start and for every restart after a Stop (the fault tests
 	// restart the server under load, when outgoing connections come and go).
@@ -118,7 +128,11 @@ func start(dir string, opts Options, create func(run func(string, ...string) *ex
 	if maxConns == 0 {
 		maxConns = 300
 	}
-	settings := fmt.Sprintf("-c listen_addresses=127.0.0.1 -c port=%d -c unix_socket_directories=%s -c max_connections=%d", port, socketDir, maxConns)
+	listen := []string{"127.0.0.1"}
+	for _, n := range opts.Networks {
+		listen = append(listen, n.Addr().String())
+	}
+	settings := fmt.Sprintf("-c listen_addresses=%s -c port=%d -c unix_socket_directories=%s -c max_connections=%d", strings.Join(listen, ","), port, socketDir, maxConns)
 	if opts.TrackStatements {
 		settings += " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track_planning=on"
 	}
@@ -144,6 +158,35 @@ func start(dir string, opts Options, create func(run func(string, ...string) *ex
 		return nil, err
 	}
 	return c, nil
+}
+
+// trustNetworks adds a trust line for each network to the cluster's
+// pg_hba.conf, unless it holds one already (a restart, a base backup).
+func trustNetworks(data string, networks []netip.Prefix) error {
+	if len(networks) == 0 {
+		return nil
+	}
+	path := filepath.Join(data, "pg_hba.conf")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read pg_hba.conf: %w", err)
+	}
+	var add strings.Builder
+	for _, n := range networks {
+		line := fmt.Sprintf("host all all %s trust\n", n.Masked())
+		if !strings.Contains(string(raw), line) {
+			add.WriteString(line)
+		}
+	}
+	if add.Len() == 0 {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("open pg_hba.conf: %w", err)
+	}
+	_, err = f.WriteString(add.String())
+	return errors.Join(err, f.Close())
 }
 
 // Start starts the server again after Stop, on the same port and with the

@@ -2,7 +2,11 @@ package pgcluster_test
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -105,4 +109,26 @@ func TestTrackStatementsRecordsServerTime(t *testing.T) {
 		WHERE query = 'SELECT count(*) FROM pg_class WHERE relname = $1'`).Scan(&calls, &execMs))
 	require.EqualValues(t, 3, calls)
 	require.Greater(t, execMs, 0.0)
+}
+
+// TestNetworksAreServedAndTrusted: a cluster given further networks
+// listens on each one's address besides 127.0.0.1 and trusts its clients,
+// also after a restart (the lines are not added twice).
+func TestNetworksAreServedAndTrusted(t *testing.T) {
+	dir := clusterDir(t)
+	ctx := context.Background()
+	network := netip.MustParsePrefix("127.0.0.2/32")
+	c, err := pgcluster.Start(dir, pgcluster.Options{Networks: []netip.Prefix{network}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Remove() })
+	require.NoError(t, c.Stop())
+	require.NoError(t, c.Start())
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.2:%d/postgres?sslmode=disable", c.Port))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	var one int
+	require.NoError(t, conn.QueryRow(ctx, "SELECT 1").Scan(&one))
+	hba, err := os.ReadFile(filepath.Join(dir, "data", "pg_hba.conf"))
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(string(hba), "host all all 127.0.0.2/32 trust"))
 }

@@ -423,15 +423,26 @@ func (m *Manager) syncLoop(ctx context.Context) {
 	})
 }
 
+// heartbeatLoop renews the leases, then the worker's registration. Nothing
+// in it may wait longer than HeartbeatTimeout: the next tick is what stops
+// the runners of a worker cut off from the database before their leases
+// lapse (stopExpiring), and it must come in time. So the registration is
+// bounded like the tick, and skipped after a failed tick (the database
+// did not answer; a hung attempt would only hold the heartbeat pool's
+// connection).
 func (m *Manager) heartbeatLoop(ctx context.Context) {
 	m.tick(ctx, m.cfg.HeartbeatInterval, func(ctx context.Context) {
-		if _, err := m.HeartbeatOnce(ctx); err != nil && ctx.Err() == nil {
+		_, err := m.HeartbeatOnce(ctx)
+		if err != nil && ctx.Err() == nil {
 			m.cfg.Log.Warn("heartbeat", "error", err.Error())
 		}
-		if m.cfg.PartsAddr != "" {
-			if err := m.register(ctx); err != nil && ctx.Err() == nil {
-				m.cfg.Log.Warn("renew worker registration", "error", err.Error())
-			}
+		if m.cfg.PartsAddr == "" || err != nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, m.cfg.HeartbeatTimeout)
+		defer cancel()
+		if err := m.register(rctx); err != nil && ctx.Err() == nil {
+			m.cfg.Log.Warn("renew worker registration", "error", err.Error())
 		}
 	})
 }
