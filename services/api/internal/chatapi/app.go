@@ -21,6 +21,7 @@ import (
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/pkg/relayclient"
 	"github.com/chatd/chatd/pkg/secrets"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/services/api/internal/openaiapi"
@@ -111,9 +112,9 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 	// Background title generation stops before the pool closes.
 	defer srv.Close()
 	maxBody := int64(srv.cfg.MaxMessageBytes)*2 + 64<<10 // JSON escaping and the other fields
-	var relay *openaiapi.RelayClient
+	var relay *relayclient.Client
 	if cfg.RelayAddr != "" {
-		relay = openaiapi.NewRelayClient(cfg.RelayAddr, cfg.RelayDialOptions...)
+		relay = relayclient.New(cfg.RelayAddr, cfg.RelayDialOptions...)
 		defer relay.Close()
 	}
 	return service.Run(ctx, service.Options{

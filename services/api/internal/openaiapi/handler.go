@@ -17,6 +17,7 @@ import (
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/relayclient"
 	"github.com/chatd/chatd/services/api/internal/turnwrite"
 )
 
@@ -61,7 +62,7 @@ type Handler struct {
 	// Relay, when set, carries the live parts of the worker running a
 	// chat, which streams show token by token; without it they show each
 	// model step when it is committed.
-	Relay *RelayClient
+	Relay *relayclient.Client
 	// StreamPoll is how often a stream re-reads its chat without a
 	// notification (0: DefaultStreamPoll).
 	StreamPoll time.Duration

@@ -7,51 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/partbuf"
+	"github.com/chatd/chatd/pkg/relayclient"
 )
-
-// RelayClient is the api's connection to the relay service, which forwards
-// the live message parts of the worker running a chat (the same
-// RelayService the stream service uses). It is dialed lazily, by the first
-// stream that needs live parts, and shared by every stream.
-type RelayClient struct {
-	addr string
-	opts []grpc.DialOption
-
-	once sync.Once
-	cc   *grpc.ClientConn
-	err  error
-}
-
-// NewRelayClient returns a client of the relay at addr (insecure transport
-// unless opts say otherwise).
-func NewRelayClient(addr string, opts ...grpc.DialOption) *RelayClient {
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
-	return &RelayClient{addr: addr, opts: opts}
-}
-
-func (c *RelayClient) conn() (*grpc.ClientConn, error) {
-	c.once.Do(func() { c.cc, c.err = grpc.NewClient(c.addr, c.opts...) })
-	return c.cc, c.err
-}
-
-// Close closes the connection if it was made.
-func (c *RelayClient) Close() error {
-	c.once.Do(func() {}) // no dial after Close
-	if c.cc != nil {
-		return c.cc.Close()
-	}
-	return nil
-}
-
-// relayBackoff bounds the wait before a failed relay call is retried.
-var relayBackoff = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
 
 // episode is one model attempt of a chat on a worker: the parts a feed
 // follows.
@@ -65,7 +24,7 @@ type episode struct {
 // part index. Parts are best effort: a feed that cannot reach the relay
 // keeps trying with backoff, and the stream goes on from committed state.
 type liveFeed struct {
-	client *RelayClient
+	client *relayclient.Client
 	chatID string
 	// changed receives a value when parts arrived or the episode changed.
 	changed chan struct{}
@@ -91,7 +50,7 @@ type livePart struct {
 	text strings.Builder
 }
 
-func newLiveFeed(client *RelayClient, chatID string) *liveFeed {
+func newLiveFeed(client *relayclient.Client, chatID string) *liveFeed {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &liveFeed{client: client, chatID: chatID, changed: make(chan struct{}, 1), kick: make(chan struct{}, 1),
 		ctx: ctx, cancel: cancel}
@@ -179,7 +138,7 @@ func (f *liveFeed) run() {
 		if f.stream() {
 			attempt = 0
 		}
-		t := time.NewTimer(relayBackoff[min(attempt, len(relayBackoff)-1)])
+		t := time.NewTimer(relayclient.RetryDelay(attempt))
 		select {
 		case <-f.ctx.Done():
 			t.Stop()
@@ -193,7 +152,7 @@ func (f *liveFeed) run() {
 // the last one, or the feed closes. It reports whether it received
 // anything.
 func (f *liveFeed) stream() (healthy bool) {
-	cc, err := f.client.conn()
+	cc, err := f.client.Conn()
 	if err != nil {
 		return false
 	}
