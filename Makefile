@@ -12,10 +12,10 @@ GOTESTFLAGS ?= -count=1 -timeout 20m
 BENCHFLAGS ?= -benchmem
 
 # The packages with concurrent code run under the race detector in
-# `make test` (the state machine, notifications, the part buffer and its
-# RPC, the hooks dispatcher, and every package of the worker, stream and
-# relay); the rest run without it, so the suite stays well inside CI's time.
-RACE_PATTERNS := ./pkg/chatstate/... ./pkg/notify/... ./pkg/partbuf/... ./pkg/partsrpc/... \
+# `make test` (the state machine, notifications, the part buffer, the hooks
+# dispatcher, and every package of the worker, stream and relay); the rest
+# run without it, so the suite stays well inside CI's time.
+RACE_PATTERNS := ./pkg/chatstate/... ./pkg/notify/... ./pkg/partbuf/... \
 	./pkg/hooks/... ./services/worker/... ./services/stream/... ./services/relay/... \
 	./cmd/internal/loadgen/...
 RACE_PKGS = $(shell go list $(RACE_PATTERNS))
@@ -57,6 +57,7 @@ help:
 	@echo 'make docs             regenerate docs/configuration.md from the declared settings (go run ./cmd/docgen)'
 	@echo 'make web              npm ci, generate the TypeScript types, build the web app into pkg/webui/static'
 	@echo 'make web-test         the TypeScript packages'"'"' Vitest tests'
+	@echo 'make openai-sdk-deps  npm ci for the npm openai SDK'"'"'s tests (cmd/openaisdktest/node)'
 	@echo 'make check-web        rebuild the web app and types, fail if they differ from the commit'
 
 # Built, then exec'd: make passes SIGTERM and SIGINT to its child, which is
@@ -144,8 +145,16 @@ WEB_GENERATED := pkg/webui/static web/packages/client/src/gen
 
 .PHONY: web web-deps web-test check-web
 
-# make test's Go tests include the live client tests (cmd/browsertest), which need web/node_modules.
-test: web-deps
+# make test's Go tests include the live client tests (cmd/browsertest), which need web/node_modules,
+# and the npm openai SDK's tests (cmd/openaisdktest), which need their own node_modules.
+test: web-deps openai-sdk-deps
+
+# The npm openai SDK at the version cmd/openaisdktest/node/package-lock.json pins.
+OPENAI_SDK_NODE := cmd/openaisdktest/node
+
+.PHONY: openai-sdk-deps
+openai-sdk-deps:
+	@[ -d $(OPENAI_SDK_NODE)/node_modules ] || (cd $(OPENAI_SDK_NODE) && npm ci --no-audit --no-fund)
 
 web-deps:
 	@[ -d web/node_modules ] || (cd web && npm ci --no-audit --no-fund)

@@ -50,7 +50,12 @@ func startUI(t *testing.T, newChat ...string) *ui {
 func openUI(t *testing.T) *ui {
 	t.Helper()
 	chromiumPath(t) // fail early and clearly without a browser
-	st := stacktest.Start(t, 1)
+	return openUIOn(t, stacktest.Start(t, 1))
+}
+
+// openUIOn signs in on st as st.Token and waits for the signed-in app.
+func openUIOn(t *testing.T, st *stacktest.Stack) *ui {
+	t.Helper()
 	srv, px := newProxy(t, st)
 	p := newPage(t, st)
 	p.px = px

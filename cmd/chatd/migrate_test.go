@@ -147,3 +147,18 @@ func TestMigrateUsageErrors(t *testing.T) {
 		require.Contains(t, stdout, a.name)
 	}
 }
+
+// A database that cannot be reached is named in one sentence with what to
+// check, not in pgx's report of every address it dialled.
+func TestDatabaseCommandsSayWhyTheyCannotConnect(t *testing.T) {
+	t.Parallel()
+	dsn := "postgres://nobody@127.0.0.1:1/nowhere?connect_timeout=2"
+	for _, args := range [][]string{{"migrate", "status"}, {"secrets", "status"}} {
+		code, _, stderr := cli(t, nil, append(args, "--database-url", dsn)...)
+		require.Equal(t, exitFailed, code, stderr)
+		require.Contains(t, stderr, `cannot connect to database "nowhere" as user "nobody" at 127.0.0.1:1: connection refused.`)
+		require.Contains(t, stderr, "Check --database-url")
+		require.NotContains(t, stderr, "dial error")
+		require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, stderr)
+	}
+}

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -27,18 +25,17 @@ type secretsRun struct {
 
 // secretsAction is one secrets subcommand.
 type secretsAction struct {
-	name    string
-	summary string
+	subcommand
 	// needsDB: the action reads or writes the database.
 	needsDB bool
 	run     func(ctx context.Context, r secretsRun) error
 }
 
 var secretsActions = []secretsAction{
-	{"status", "Count the rows of stored credentials under each key; plaintext rows are flagged.", true, secretsStatus},
-	{"rotate", "Encrypt every stored credential under the first key (plaintext ones and those under older keys), in batches; safe while services run, and run again to resume.", true, secretsRotate},
-	{"decrypt", "Store every credential as plaintext again, to stop encrypting (then unset " + secrets.EnvKeys + " everywhere).", true, secretsDecrypt},
-	{"generate-key", "Print a new random key for " + secrets.EnvKeys + ".", false, func(_ context.Context, r secretsRun) error {
+	{subcommand{"status", "Count the rows of stored credentials under each key; plaintext rows are flagged."}, true, secretsStatus},
+	{subcommand{"rotate", "Encrypt every stored credential under the first key (plaintext ones and those under older keys), in batches; safe while services run, and run again to resume."}, true, secretsRotate},
+	{subcommand{"decrypt", "Store every credential as plaintext again, to stop encrypting (then unset " + secrets.EnvKeys + " everywhere)."}, true, secretsDecrypt},
+	{subcommand{"generate-key", "Print a new random key for " + secrets.EnvKeys + "."}, false, func(_ context.Context, r secretsRun) error {
 		k, err := secrets.GenerateKey()
 		if err != nil {
 			return err
@@ -58,68 +55,40 @@ func secretsCommand() *command {
 }
 
 func runSecrets(ctx context.Context, e *env, args []string) int {
-	fs := flag.NewFlagSet("chatd secrets", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	dsn := fs.String("database-url", "", "Postgres connection string (default: $"+envDatabaseURL+").")
-	keysFlag := fs.String("keys", "", "Keys, or a file of them (default: $"+secrets.EnvKeys+").")
-	batch := fs.Int("batch-size", secrets.DefaultBatchSize, "Rows read and rewritten at a time.")
-	usage := func(w io.Writer) {
-		fmt.Fprintf(w, "Usage: chatd secrets [--database-url URL] [--keys KEYS] [--batch-size N] <action>\n\nActions:\n")
-		for _, a := range secretsActions {
-			fmt.Fprintf(w, "  %-13s %s\n", a.name, a.summary)
-		}
-		fmt.Fprintf(w, "\nThe database comes from --database-url, else from %s; the keys from --keys, else from %s:\n"+
-			"base64 keys of 32 bytes separated by commas, the first encrypts and every one decrypts, or a file holding them one a line.\n",
-			envDatabaseURL, secrets.EnvKeys)
+	c := &dbCommand[secretsAction]{
+		name:     "secrets",
+		synopsis: "[--database-url URL] [--keys KEYS] [--batch-size N] <action>",
+		actions:  secretsActions,
+		width:    13,
+		footer: "The database comes from --database-url, else from " + envDatabaseURL +
+			"; the keys from --keys, else from " + secrets.EnvKeys + ":\n" +
+			"base64 keys of 32 bytes separated by commas, the first encrypts and every one decrypts, or a file holding them one a line.",
 	}
-	fail := func(format string, a ...any) int {
-		fmt.Fprintf(e.stderr, "chatd secrets: "+format+"\n", a...)
-		usage(e.stderr)
-		return exitUsage
+	c.init(e)
+	keysFlag := c.flags.String("keys", "", "Keys, or a file of them (default: $"+secrets.EnvKeys+").")
+	batch := c.flags.Int("batch-size", secrets.DefaultBatchSize, "Rows read and rewritten at a time.")
+	action, code, ok := c.parse(args)
+	if !ok {
+		return code
 	}
-	positional, err := parseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		usage(e.stdout)
-		return exitOK
-	}
-	if err != nil {
-		return fail("%s.", err)
-	}
-	if len(positional) != 1 {
-		if len(positional) == 0 {
-			return fail("missing action.")
-		}
-		return fail("unexpected argument %q.", positional[1])
-	}
-	i := slices.IndexFunc(secretsActions, func(a secretsAction) bool { return a.name == positional[0] })
-	if i < 0 {
-		return fail("unknown action %q.", positional[0])
-	}
-	action := secretsActions[i]
 	if *batch < 1 {
-		return fail("--batch-size must be at least 1.")
+		return c.fail("--batch-size must be at least 1.")
 	}
-	r := secretsRun{dsn: *dsn, batch: *batch, stdout: e.stdout, stderr: e.stderr}
+	r := secretsRun{batch: *batch, stdout: e.stdout, stderr: e.stderr}
 	if action.needsDB {
-		if r.dsn == "" {
-			r.dsn = e.getenv(envDatabaseURL)
-		}
-		if r.dsn == "" {
-			return fail("no database: set %s or pass --database-url.", envDatabaseURL)
+		if r.dsn, ok = c.database(); !ok {
+			return exitUsage
 		}
 		raw := *keysFlag
 		if raw == "" {
 			raw = e.getenv(secrets.EnvKeys)
 		}
+		var err error
 		if r.keys, err = secrets.ParseKeys(raw); err != nil {
-			return fail("%s: %s.", secrets.EnvKeys, err)
+			return c.fail("%s: %s.", secrets.EnvKeys, err)
 		}
 	}
-	if err := action.run(ctx, r); err != nil {
-		fmt.Fprintf(e.stderr, "chatd secrets %s: %v\n", action.name, err)
-		return exitFailed
-	}
-	return exitOK
+	return c.result(action, action.run(ctx, r))
 }
 
 // withPool runs fn with a small pool on the database.

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -29,9 +30,12 @@ import (
 )
 
 // opsServer is an MCP server with a read-only tool ("read", retried after
-// a crash) and an unannotated one ("write", never retried). Every call
-// records its idempotency key; a call blocks while hold is open, until its
-// request ends (the worker died, or chatd cancelled it).
+// a crash), an unannotated one ("write", never retried) and a long one
+// ("sync", unannotated: a minute's work that reports its progress every
+// second). Every call records its idempotency key; while hold is open a
+// read or write call blocks until its request ends (the worker died, or
+// chatd cancelled it), and a sync call runs its minute unless its request
+// ends first. With hold released every call answers at once.
 type opsServer struct {
 	url string
 
@@ -39,9 +43,14 @@ type opsServer struct {
 	keys      map[string][]string // tool -> the key of each call
 	cancelled int                 // calls whose request context ended
 	notified  int                 // notifications/cancelled received
+	synced    int                 // seconds of sync work done (its progress)
+	completed int                 // sync calls that ran their minute
 	hold      bool
 	started   chan string
 }
+
+// syncDuration is how long a sync call works.
+const syncDuration = 60 * time.Second
 
 func startOpsServer(t testing.TB) *opsServer {
 	t.Helper()
@@ -70,6 +79,44 @@ func startOpsServer(t testing.TB) *opsServer {
 	}
 	mcp.AddTool(s, &mcp.Tool{Name: "read", Description: "Read a record.", Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true}}, handler("read"))
 	mcp.AddTool(s, &mcp.Tool{Name: "write", Description: "Write a record."}, handler("write"))
+	mcp.AddTool(s, &mcp.Tool{Name: "sync", Description: "Synchronize every record (takes a minute)."},
+		func(ctx context.Context, req *mcp.CallToolRequest, _ map[string]any) (*mcp.CallToolResult, any, error) {
+			key, _ := req.Params.Meta[chatstate.IdempotencyKeyMeta].(string)
+			o.mu.Lock()
+			o.keys["sync"] = append(o.keys["sync"], key)
+			hold := o.hold
+			o.mu.Unlock()
+			select {
+			case o.started <- "sync":
+			default: // nobody waits for it
+			}
+			if !hold {
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sync ok"}}}, nil, nil
+			}
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			total := syncDuration.Seconds()
+			for done := 1.0; done <= total; done++ {
+				select {
+				case <-tick.C:
+				case <-ctx.Done():
+					o.mu.Lock()
+					o.cancelled++
+					o.mu.Unlock()
+					return nil, nil, ctx.Err()
+				}
+				o.mu.Lock()
+				o.synced = int(done)
+				o.mu.Unlock()
+				if token := req.Params.GetProgressToken(); token != nil {
+					_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: done, Total: total})
+				}
+			}
+			o.mu.Lock()
+			o.completed++
+			o.mu.Unlock()
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sync ok"}}}, nil, nil
+		})
 	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost {
@@ -99,6 +146,24 @@ func (o *opsServer) callKeys(tool string) []string {
 	return append([]string(nil), o.keys[tool]...)
 }
 
+// awaitSynced waits until a sync call has done seconds of its work.
+func (o *opsServer) awaitSynced(t *testing.T, s *stacktest.Stack, seconds int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * syncDuration)
+	for {
+		o.mu.Lock()
+		done := o.synced
+		o.mu.Unlock()
+		if done >= seconds {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sync call did %d s of its work, not %d\n%s", done, seconds, s.Stderr())
+		}
+		time.Sleep(100 * time.Millisecond) // polling the server's progress
+	}
+}
+
 func (o *opsServer) waitStarted(t *testing.T, s *stacktest.Stack, tool string) {
 	t.Helper()
 	select {
@@ -119,9 +184,25 @@ type toolStack struct {
 	cfgID string
 }
 
+// The strict model's step: it thinks, says what it does and calls tools.
+const (
+	stepReasoning = "The records may be stale."
+	stepText      = "Let me check the records."
+	// justTalk is a prompt the model answers with text, calling no tool.
+	justTalk = "just talk"
+)
+
 // startToolStack starts the stack with workers workers (worker env extra)
 // whose model calls tool once, then answers "done" to its result.
 func startToolStack(t *testing.T, workers int, tool string, extra ...string) *toolStack {
+	t.Helper()
+	return startToolStackWith(t, workers, []strictllm.Call{{Name: "ops__" + tool, Args: `{"id":7}`}}, extra...)
+}
+
+// startToolStackWith starts the stack with workers workers (worker env
+// extra) whose model answers a prompt with a step (reasoning, text and
+// calls), the results with "done", and justTalk with "done" alone.
+func startToolStackWith(t *testing.T, workers int, calls []strictllm.Call, extra ...string) *toolStack {
 	t.Helper()
 	ts := &toolStack{ops: startOpsServer(t)}
 	ts.model = strictllm.Start(t, func(_ int, req strictllm.Request) strictllm.Reply {
@@ -129,10 +210,11 @@ func startToolStack(t *testing.T, workers int, tool string, extra ...string) *to
 		if req.Tools == 0 {
 			return strictllm.Reply{Text: "A title"} // the chat's title
 		}
-		if msgs[len(msgs)-1].Role == "tool" {
+		last := msgs[len(msgs)-1]
+		if last.Role == "tool" || strings.Contains(fmt.Sprint(last.Content), justTalk) {
 			return strictllm.Reply{Text: "done"}
 		}
-		return strictllm.Reply{Calls: []strictllm.Call{{Name: "ops__" + tool, Args: `{"id":7}`}}}
+		return strictllm.Reply{Reasoning: stepReasoning, Text: stepText, Calls: calls}
 	})
 	env := append([]string{"CHATD_LEASE_SECONDS=10", "CHATD_ACQUIRE_INTERVAL=250ms"}, extra...)
 	ts.Stack = stacktest.StartWith(t, stacktest.Options{Streams: 1, Workers: workers, WorkerEnv: env})
@@ -192,7 +274,10 @@ type restMessage struct {
 		Result         json.RawMessage `json:"result"`
 		IsError        bool            `json:"is_error"`
 		IdempotencyKey string          `json:"idempotency_key"`
+		State          string          `json:"state"`
+		StartedAt      string          `json:"started_at"`
 	} `json:"content"`
+	RuntimeMS string `json:"runtime_ms"`
 }
 
 func (ts *toolStack) messages(t *testing.T, chat string) []restMessage {
@@ -296,26 +381,53 @@ func TestToolRunSurvivesWorkerKill(t *testing.T) {
 	}
 }
 
-// An interrupt while a long MCP call runs: the chat waits within 2 s, the
-// step (text, calls) is kept, the call is answered "interrupted", and the
-// MCP server saw the cancellation. The next send works against the strict
-// model (no call was left open).
+// An interrupt 20 s into a 60 s MCP call: while the call runs REST shows
+// it running; the chat waits within 2 s of the interrupt, not when the
+// tool would have ended; the step (reasoning, text, the call) is kept and
+// the call is answered "interrupted"; the MCP server saw the cancellation
+// (notifications/cancelled) and the tool never finished. The next send
+// works against the strict model (no call was left open).
 func TestInterruptDuringMCPCall(t *testing.T) {
 	t.Parallel()
-	ts := startToolStack(t, 1, "write")
+	ts := startToolStack(t, 1, "sync")
 	chat := ts.send(t, "go")
-	ts.ops.waitStarted(t, ts.Stack, "write")
-	time.Sleep(3 * time.Second) // the call is well under way (a measurement window, not a wait for a condition)
+	ts.ops.waitStarted(t, ts.Stack, "sync")
 
-	began := time.Now()
+	call := ts.stepCall(t, chat)
+	require.Equal(t, "running", call.State, "REST shows the call running")
+	started, err := time.Parse(time.RFC3339Nano, call.StartedAt)
+	require.NoError(t, err, "started_at %q", call.StartedAt)
+	require.WithinDuration(t, time.Now(), started, time.Minute)
+
+	ts.ops.awaitSynced(t, ts.Stack, 20) // 20 s into the call's minute
 	code, raw := restCall(t, ts.Stack, ts.Token, "POST", "/api/v2/chats/"+chat+"/interrupt", nil)
 	require.Equal(t, http.StatusOK, code, "%s", raw)
-	ts.awaitStatus(t, chat, "waiting", 10*time.Second)
-	took := time.Since(began)
-	require.Less(t, took, 2*time.Second, "the chat waits within 2 s of the interrupt")
+	ts.awaitStatus(t, chat, "waiting", 2*time.Second)
 
-	key, results, isErr := ts.storedCall(t, chat)
-	require.NotEmpty(t, key)
+	msgs := ts.messages(t, chat)
+	var step *restMessage
+	for i := range msgs {
+		if msgs[i].Role == "assistant" {
+			step = &msgs[i]
+			break
+		}
+	}
+	require.NotNil(t, step, "the step is kept")
+	var kinds []string
+	for _, p := range step.Content {
+		kinds = append(kinds, p.Type)
+		switch p.Type {
+		case "reasoning":
+			require.Equal(t, stepReasoning, p.Text)
+		case "text":
+			require.Equal(t, stepText, p.Text)
+		case "tool-call":
+			require.Equal(t, "ops__sync", p.ToolName)
+			require.Empty(t, p.State, "answered: no longer running")
+		}
+	}
+	require.ElementsMatch(t, []string{"reasoning", "text", "tool-call"}, kinds, "reasoning, text and the call are kept")
+	_, results, isErr := ts.storedCall(t, chat)
 	require.Len(t, results, 1)
 	require.True(t, isErr[0])
 	require.Contains(t, results[0], "interrupted")
@@ -324,12 +436,29 @@ func TestInterruptDuringMCPCall(t *testing.T) {
 		defer ts.ops.mu.Unlock()
 		return ts.ops.cancelled == 1 && ts.ops.notified >= 1
 	}, 10*time.Second, 20*time.Millisecond, "the MCP server saw the cancellation (notifications/cancelled)")
+	ts.ops.mu.Lock()
+	require.Zero(t, ts.ops.completed, "the tool never ran to its end")
+	ts.ops.mu.Unlock()
 
-	ts.ops.release()
-	ts.sendTo(t, chat, "again")
+	ts.sendTo(t, chat, justTalk)
 	ts.awaitStatus(t, chat, "waiting", 60*time.Second)
 	require.Empty(t, ts.model.Refusals(), "the strict model accepted every history")
 	require.Equal(t, "done", lastAssistantText(ts.messages(t, chat)))
+}
+
+// stepCall is the tool-call part of the chat's first assistant message.
+func (ts *toolStack) stepCall(t *testing.T, chat string) (call struct{ State, StartedAt string }) {
+	t.Helper()
+	for _, m := range ts.messages(t, chat) {
+		for _, p := range m.Content {
+			if p.Type == "tool-call" {
+				call.State, call.StartedAt = p.State, p.StartedAt
+				return call
+			}
+		}
+	}
+	t.Fatalf("chat %s has no tool call", chat)
+	return call
 }
 
 func lastAssistantText(msgs []restMessage) string {

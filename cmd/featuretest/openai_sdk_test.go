@@ -15,6 +15,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/cmd/internal/inproctest"
 )
 
 // sdkClient is the official OpenAI Go SDK with its base URL at the
@@ -47,6 +49,31 @@ func collect(t *testing.T, stream interface {
 	return out
 }
 
+// readStream is collect for another goroutine than the test's: it
+// returns the stream's error.
+func readStream(stream interface {
+	Next() bool
+	Current() responses.ResponseStreamEventUnion
+	Err() error
+	Close() error
+}, stopAfter int) ([]responses.ResponseStreamEventUnion, error) {
+	defer stream.Close()
+	var out []responses.ResponseStreamEventUnion
+	for stream.Next() {
+		out = append(out, stream.Current())
+		if stopAfter > 0 && len(out) == stopAfter {
+			return out, nil
+		}
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	if stopAfter > 0 {
+		return nil, fmt.Errorf("the stream ended after %d events, before %d", len(out), stopAfter)
+	}
+	return out, nil
+}
+
 // deltaText joins the output_text deltas of events.
 func deltaText(evs []responses.ResponseStreamEventUnion) string {
 	var b strings.Builder
@@ -58,8 +85,38 @@ func deltaText(evs []responses.ResponseStreamEventUnion) string {
 	return b.String()
 }
 
+// startLiveStack is the feature stack with the relay, so /v1 streams
+// show live parts token by token.
+func startLiveStack(t *testing.T) *stack {
+	t.Helper()
+	st := inproctest.Start(t, inproctest.Options{Env: featureEnv, Relay: true})
+	return &stack{t: t, ctx: st.Ctx, pool: st.Pool, st: st}
+}
+
+// collapse is the events' types with each run of deltas as one.
+func collapse(evs []responses.ResponseStreamEventUnion) []string {
+	var out []string
+	for _, e := range evs {
+		if strings.HasSuffix(e.Type, ".delta") && len(out) > 0 && out[len(out)-1] == e.Type {
+			continue
+		}
+		out = append(out, e.Type)
+	}
+	return out
+}
+
+func countType(evs []responses.ResponseStreamEventUnion, typ string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
 func TestOpenAISDKResponses(t *testing.T) {
-	s := startStack(t)
+	s := startLiveStack(t)
 	c := s.client(uuid.New(), false)
 	sdk := sdkClient(s, c.token)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -88,40 +145,42 @@ func TestOpenAISDKResponses(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "hello there", got.OutputText(), "the earlier turn still reads as it was")
 
-	// Background, streamed, dropped after some events and resumed: the
-	// events are contiguous and their text is the stored response's.
-	bg, err := sdk.Responses.New(ctx, responses.ResponseNewParams{Model: model, Input: textInput("::stream 20 40"), Background: openai.Bool(true)})
+	// Background, streamed token by token, dropped in the middle of its
+	// text and resumed: the events are contiguous and their text is the
+	// stored response's.
+	bg, err := sdk.Responses.New(ctx, responses.ResponseNewParams{Model: model, Input: textInput("::stream 20 10"), Background: openai.Bool(true)})
 	require.NoError(t, err)
 	require.True(t, bg.Background)
-	head := collect(t, sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{}), 2)
-	require.Len(t, head, 2)
+	head := collect(t, sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{}), 6)
+	require.Len(t, head, 6)
 	require.Equal(t, "response.created", head[0].Type)
+	require.Equal(t, "response.output_text.delta", head[5].Type, "the first delta comes before the step is committed")
 	last := head[len(head)-1].SequenceNumber
 	tail := collect(t, sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{StartingAfter: openai.Int(last)}), 0)
 	all := append(head, tail...)
 	for i, e := range all {
 		require.EqualValues(t, i, e.SequenceNumber, "event %d (%s)", i, e.Type)
 	}
-	types := make([]string, len(all))
-	for i, e := range all {
-		types[i] = e.Type
-	}
 	require.Equal(t, []string{"response.created", "response.queued", "response.in_progress",
 		"response.output_item.added", "response.content_part.added", "response.output_text.delta",
 		"response.output_text.done", "response.content_part.done", "response.output_item.done",
-		"response.completed"}, types)
+		"response.completed"}, collapse(all))
+	require.Greater(t, countType(all, "response.output_text.delta"), 1, "the text arrives in several deltas, as the model produces it")
 	stored, err := sdk.Responses.Get(ctx, bg.ID, responses.ResponseGetParams{})
 	require.NoError(t, err)
 	require.Equal(t, responses.ResponseStatusCompleted, stored.Status)
 	require.True(t, strings.HasPrefix(stored.OutputText(), "tok1 tok2"), stored.OutputText())
+	require.True(t, strings.HasSuffix(stored.OutputText(), "tok20"), stored.OutputText())
 	require.Equal(t, stored.OutputText(), deltaText(all))
 
-	// Replay after completion, from storage: the same events.
+	// Replay after completion, from the journal: the same events with the
+	// same numbers and deltas.
 	replay := collect(t, sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{StartingAfter: openai.Int(0)}), 0)
 	require.Len(t, replay, len(all)-1)
 	for i, e := range replay {
 		require.Equal(t, all[i+1].Type, e.Type)
 		require.Equal(t, all[i+1].SequenceNumber, e.SequenceNumber)
+		require.Equal(t, all[i+1].Delta, e.Delta)
 	}
 
 	// Create with stream: the events of a new turn, ending completed.
@@ -174,4 +233,61 @@ func TestOpenAISDKResponses(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, apiErr.StatusCode)
 	require.Equal(t, "model", apiErr.Param)
 	require.Contains(t, apiErr.Message, fmt.Sprintf("%q", "no-such-model"))
+}
+
+// TestOpenAIStreamsOfOneResponseAgree: several clients stream one
+// background response at once, each stream computing and appending events
+// on its own (as streams on several api replicas do), some joining late and
+// one resuming mid-way. Every client gets the same events with the same
+// numbers and deltas, and their text is the stored response's.
+func TestOpenAIStreamsOfOneResponseAgree(t *testing.T) {
+	s := startLiveStack(t)
+	sdk := sdkClient(s, s.client(uuid.New(), false).token)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	models, err := sdk.Models.List(ctx)
+	require.NoError(t, err)
+	bg, err := sdk.Responses.New(ctx, responses.ResponseNewParams{Model: models.Data[0].ID, Input: textInput("::think pondering\n::stream 30 30"),
+		Background: openai.Bool(true)})
+	require.NoError(t, err)
+
+	const watchers = 4
+	got := make([][]responses.ResponseStreamEventUnion, watchers)
+	errs := make(chan error, watchers)
+	for i := range watchers {
+		go func() {
+			if i < watchers-1 {
+				var err error
+				got[i], err = readStream(sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{}), 0)
+				errs <- err
+				return
+			}
+			// The last one reads a few events, drops, and resumes.
+			head, err := readStream(sdk.Responses.GetStreaming(ctx, bg.ID, responses.ResponseGetParams{}), 8)
+			if err == nil {
+				var tail []responses.ResponseStreamEventUnion
+				tail, err = readStream(sdk.Responses.GetStreaming(ctx, bg.ID,
+					responses.ResponseGetParams{StartingAfter: openai.Int(head[len(head)-1].SequenceNumber)}), 0)
+				got[i] = append(head, tail...)
+			}
+			errs <- err
+		}()
+	}
+	for range watchers {
+		require.NoError(t, <-errs)
+	}
+	stored, err := sdk.Responses.Get(ctx, bg.ID, responses.ResponseGetParams{})
+	require.NoError(t, err)
+	require.Equal(t, responses.ResponseStatusCompleted, stored.Status)
+	require.Equal(t, "reasoning", string(stored.Output[0].Type))
+	for i, evs := range got {
+		require.Len(t, evs, len(got[0]), "watcher %d", i)
+		for n, e := range evs {
+			require.EqualValues(t, n, e.SequenceNumber, "watcher %d event %d", i, n)
+			require.Equal(t, got[0][n].Type, e.Type, "watcher %d event %d", i, n)
+			require.Equal(t, got[0][n].Delta, e.Delta, "watcher %d event %d", i, n)
+		}
+		require.Equal(t, stored.OutputText(), deltaText(evs), "watcher %d", i)
+		require.Equal(t, "response.completed", evs[len(evs)-1].Type)
+	}
 }

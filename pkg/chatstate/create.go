@@ -116,6 +116,7 @@ func (m *Machine) Create(ctx context.Context, p CreateParams) (CreateResult, err
 		if err != nil {
 			return err
 		}
+		tx.created = res.Messages
 		if err := tx.land(ctx, Create, N, variant); err != nil {
 			return err
 		}

@@ -372,6 +372,8 @@ type Tx struct {
 	reservedMessageID *int64
 	// atCommit are the metadata writes AtCommit sends with the COMMIT.
 	atCommit []func(*queries.Queries)
+	// created are the messages Create inserted (CreatedMessages).
+	created []queries.ChatMessage
 	// freshRunner is the runner whose heartbeat this bundle inserted
 	// (Acquire): its lease is fresh by construction.
 	freshRunner *uuid.UUID

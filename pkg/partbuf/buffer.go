@@ -9,9 +9,8 @@
 // coalesced, see Log), a closed episode is dropped some time after it
 // closes, and a subscriber that stops reading is cut off.
 //
-// Only the worker binary holds a buffer. It lives in pkg, not under
-// services/worker, because the relay's tests run real buffers behind
-// partsrpc as their workers.
+// Only the worker binary holds a buffer, but every hop keeps its parts in
+// a Log: the relay's upstreams and the stream's part hub too.
 package partbuf
 
 import (

@@ -117,124 +117,29 @@ func Run(ctx context.Context, opts Options) error {
 		closeAll(glis, hlis)
 		return err
 	}
-	closeAll := func(ls ...net.Listener) { closeAll(append(ls, mlis)...) }
-
-	serverOpts := opts.ServerOptions
-	if len(opts.UnaryInterceptors) > 0 {
-		serverOpts = append(slices.Clip(serverOpts), grpc.ChainUnaryInterceptor(opts.UnaryInterceptors...))
+	s, err := newServers(opts, hlis != nil)
+	if err != nil {
+		closeAll(glis, hlis, mlis)
+		return err
 	}
-	gs := grpc.NewServer(serverOpts...)
-	direct := newDirectConn(opts.UnaryInterceptors)
-	registrar := directRegistrar{server: gs, direct: direct}
-	hs := health.NewServer()
-	healthpb.RegisterHealthServer(registrar, hs)
-	reflection.Register(gs)
-
-	var mux *http.ServeMux
-	if hlis != nil {
-		mux = http.NewServeMux()
-		mux.HandleFunc("GET "+HealthzPath, healthz)
-		if opts.MetricsHandler != nil {
-			mux.Handle("GET "+MetricsPath, opts.MetricsHandler)
-		}
-	}
-	if opts.Register != nil {
-		if err := opts.Register(registrar, mux); err != nil {
-			closeAll(glis, hlis)
-			return fmt.Errorf("error registering %s handlers: %w", opts.Name, err)
-		}
-	}
-	var gateway *directConn
-	if opts.RegisterGateway != nil {
-		gateway = direct
-		if err := opts.RegisterGateway(direct, mux); err != nil {
-			closeAll(glis, hlis)
-			return fmt.Errorf("error registering %s gateway: %w", opts.Name, err)
-		}
-	}
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(HealthName(opts.Name), healthpb.HealthCheckResponse_SERVING)
-	for name := range gs.GetServiceInfo() {
-		if name != healthpb.Health_ServiceDesc.ServiceName {
-			hs.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-		}
-	}
-
-	// Each server sends exactly one value: nil after a requested stop, an
-	// error when it stopped on its own.
-	served := make(chan error, 3)
-	running := 1
-	go func() {
-		err := gs.Serve(glis)
-		if errors.Is(err, grpc.ErrServerStopped) {
-			// On a busy machine this goroutine may first run after the
-			// shutdown began: Serve then refuses at once, which is a
-			// requested stop, not a failure.
-			err = nil
-		}
-		served <- err
-	}()
-	var hsrv *http.Server
-	if hlis != nil {
-		running++
-		hsrv = &http.Server{Handler: opts.CORS.Wrap(WithErrorBodies(mux)), ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			err := hsrv.Serve(hlis)
-			if errors.Is(err, http.ErrServerClosed) {
-				err = nil
-			}
-			served <- err
-		}()
-	}
-	var msrv *http.Server
-	if mlis != nil {
-		running++
-		mmux := http.NewServeMux()
-		mmux.HandleFunc("GET "+HealthzPath, healthz)
-		mmux.Handle("GET "+MetricsPath, opts.MetricsHandler)
-		msrv = &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			err := msrv.Serve(mlis)
-			if errors.Is(err, http.ErrServerClosed) {
-				err = nil
-			}
-			served <- err
-		}()
-	}
-	attrs := []any{"grpc_addr", glis.Addr().String()}
-	if hlis != nil {
-		attrs = append(attrs, "http_addr", hlis.Addr().String())
-	}
-	if mlis != nil {
-		attrs = append(attrs, "metrics_addr", mlis.Addr().String())
-	}
-	log.Info("serving", attrs...)
+	s.serve(opts, glis, hlis, mlis)
+	log.Info("serving", listenerAttrs(glis, hlis, mlis)...)
 
 	var serveErr error
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down", "timeout", timeout.String())
-	case serveErr = <-served:
-		running--
+	case serveErr = <-s.served:
+		s.running--
 		log.Error("server stopped unexpectedly; shutting down", "error", serveErr)
 		if serveErr == nil {
 			serveErr = errors.New("server stopped without being asked")
 		}
 	}
 
-	hs.Shutdown()
-	shutdown(log, gs, hsrv, gateway, timeout)
-	if msrv != nil {
-		// Metrics stay scrapable while the others drain; it has no
-		// long-lived requests to wait for.
-		sctx, cancel := context.WithTimeout(context.Background(), timeout)
-		if err := msrv.Shutdown(sctx); err != nil {
-			_ = msrv.Close()
-		}
-		cancel()
-	}
-	for ; running > 0; running-- {
-		if err := <-served; err != nil && serveErr == nil {
+	s.stop(log, timeout)
+	for ; s.running > 0; s.running-- {
+		if err := <-s.served; err != nil && serveErr == nil {
 			serveErr = err
 		}
 	}
@@ -243,6 +148,124 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// servers are what Run serves: the gRPC server with its health service and
+// in-process connection, and the HTTP and metrics servers when configured.
+type servers struct {
+	grpc    *grpc.Server
+	health  *health.Server
+	mux     *http.ServeMux // the HTTP listener's; nil without one
+	gateway *directConn    // nil without RegisterGateway
+	http    *http.Server   // nil without an HTTP listener
+	metrics *http.Server   // nil without a metrics listener
+
+	// served receives one value from each of the running servers: nil
+	// after a requested stop, an error when it stopped on its own.
+	served  chan error
+	running int
+}
+
+// newServers builds the gRPC server and the HTTP mux (withHTTP), registers
+// the service's handlers and its gateway, and reports every gRPC service
+// SERVING.
+func newServers(opts Options, withHTTP bool) (*servers, error) {
+	serverOpts := opts.ServerOptions
+	if len(opts.UnaryInterceptors) > 0 {
+		serverOpts = append(slices.Clip(serverOpts), grpc.ChainUnaryInterceptor(opts.UnaryInterceptors...))
+	}
+	s := &servers{grpc: grpc.NewServer(serverOpts...), health: health.NewServer(), served: make(chan error, 3)}
+	direct := newDirectConn(opts.UnaryInterceptors)
+	registrar := directRegistrar{server: s.grpc, direct: direct}
+	healthpb.RegisterHealthServer(registrar, s.health)
+	reflection.Register(s.grpc)
+
+	if withHTTP {
+		s.mux = http.NewServeMux()
+		s.mux.HandleFunc("GET "+HealthzPath, healthz)
+		if opts.MetricsHandler != nil {
+			s.mux.Handle("GET "+MetricsPath, opts.MetricsHandler)
+		}
+	}
+	if opts.Register != nil {
+		if err := opts.Register(registrar, s.mux); err != nil {
+			return nil, fmt.Errorf("error registering %s handlers: %w", opts.Name, err)
+		}
+	}
+	if opts.RegisterGateway != nil {
+		s.gateway = direct
+		if err := opts.RegisterGateway(direct, s.mux); err != nil {
+			return nil, fmt.Errorf("error registering %s gateway: %w", opts.Name, err)
+		}
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(HealthName(opts.Name), healthpb.HealthCheckResponse_SERVING)
+	for name := range s.grpc.GetServiceInfo() {
+		if name != healthpb.Health_ServiceDesc.ServiceName {
+			s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+		}
+	}
+	return s, nil
+}
+
+// serve starts serving each listener (hlis and mlis may be nil).
+func (s *servers) serve(opts Options, glis, hlis, mlis net.Listener) {
+	// On a busy machine the gRPC server's goroutine may first run after
+	// the shutdown began: Serve then refuses at once, which is a requested
+	// stop, not a failure.
+	s.launch(func() error { return s.grpc.Serve(glis) }, grpc.ErrServerStopped)
+	if hlis != nil {
+		s.http = &http.Server{Handler: opts.CORS.Wrap(WithErrorBodies(s.mux)), ReadHeaderTimeout: 10 * time.Second}
+		s.launch(func() error { return s.http.Serve(hlis) }, http.ErrServerClosed)
+	}
+	if mlis != nil {
+		mmux := http.NewServeMux()
+		mmux.HandleFunc("GET "+HealthzPath, healthz)
+		mmux.Handle("GET "+MetricsPath, opts.MetricsHandler)
+		s.metrics = &http.Server{Handler: mmux, ReadHeaderTimeout: 10 * time.Second}
+		s.launch(func() error { return s.metrics.Serve(mlis) }, http.ErrServerClosed)
+	}
+}
+
+// launch runs serve in a goroutine that sends its result on s.served, nil
+// for the error a requested stop returns (stopped).
+func (s *servers) launch(serve func() error, stopped error) {
+	s.running++
+	go func() {
+		err := serve()
+		if errors.Is(err, stopped) {
+			err = nil
+		}
+		s.served <- err
+	}()
+}
+
+// stop turns the health service NOT_SERVING and stops every server, each
+// gracefully within timeout, then forcibly.
+func (s *servers) stop(log *slog.Logger, timeout time.Duration) {
+	s.health.Shutdown()
+	shutdown(log, s.grpc, s.http, s.gateway, timeout)
+	if s.metrics != nil {
+		// Metrics stay scrapable while the others drain; it has no
+		// long-lived requests to wait for.
+		sctx, cancel := context.WithTimeout(context.Background(), timeout)
+		if err := s.metrics.Shutdown(sctx); err != nil {
+			_ = s.metrics.Close()
+		}
+		cancel()
+	}
+}
+
+// listenerAttrs are the log attributes of the addresses served.
+func listenerAttrs(glis, hlis, mlis net.Listener) []any {
+	attrs := []any{"grpc_addr", glis.Addr().String()}
+	if hlis != nil {
+		attrs = append(attrs, "http_addr", hlis.Addr().String())
+	}
+	if mlis != nil {
+		attrs = append(attrs, "metrics_addr", mlis.Addr().String())
+	}
+	return attrs
 }
 
 // listen opens the gRPC listener and, when configured, the HTTP one.

@@ -110,10 +110,6 @@ func Setup(ctx context.Context, serviceName string, opts Options) (*Telemetry, e
 	}
 
 	t := &Telemetry{Registry: opts.Registry}
-	fail := func(err error) (*Telemetry, error) {
-		_ = t.Shutdown(ctx)
-		return nil, err
-	}
 	if t.Registry == nil {
 		t.Registry = prometheus.NewRegistry()
 		t.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -122,6 +118,10 @@ func Setup(ctx context.Context, serviceName string, opts Options) (*Telemetry, e
 
 	disabled := strings.EqualFold(get("OTEL_SDK_DISABLED"), "true")
 	endpoint := get("OTEL_EXPORTER_OTLP_ENDPOINT")
+	t.OTLPTraces = !disabled && get("OTEL_TRACES_EXPORTER") != "none" &&
+		(endpoint != "" || get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "")
+	t.OTLPMetrics = !disabled && get("OTEL_METRICS_EXPORTER") != "none" &&
+		(endpoint != "" || get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "")
 	protocol := func(signal string) string {
 		if p := get("OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL"); p != "" {
 			return p
@@ -131,29 +131,43 @@ func Setup(ctx context.Context, serviceName string, opts Options) (*Telemetry, e
 		}
 		return "http/protobuf"
 	}
-	t.OTLPTraces = !disabled && get("OTEL_TRACES_EXPORTER") != "none" &&
-		(endpoint != "" || get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "")
-	t.OTLPMetrics = !disabled && get("OTEL_METRICS_EXPORTER") != "none" &&
-		(endpoint != "" || get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "")
 
-	// Metrics: the Prometheus exporter, OTLP when asked, the test reader.
+	if err := t.setupMetrics(ctx, serviceName, res, protocol("METRICS"), opts); err != nil {
+		_ = t.Shutdown(ctx)
+		return nil, err
+	}
+	if err := t.setupTraces(ctx, res, protocol("TRACES"), opts); err != nil {
+		_ = t.Shutdown(ctx)
+		return nil, err
+	}
+	if opts.SetGlobal {
+		otel.SetTracerProvider(t.TracerProvider)
+		otel.SetMeterProvider(t.MeterProvider)
+		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	}
+	return t, nil
+}
+
+// setupMetrics builds the meter provider: the Prometheus exporter, OTLP
+// over protocol when asked, the test reader.
+func (t *Telemetry) setupMetrics(ctx context.Context, serviceName string, res *resource.Resource, protocol string, opts Options) error {
 	promExp, err := otelprom.New(otelprom.WithRegisterer(t.Registry), otelprom.WithoutScopeInfo())
 	if err != nil {
-		return fail(fmt.Errorf("error creating the Prometheus exporter: %w", err))
+		return fmt.Errorf("error creating the Prometheus exporter: %w", err)
 	}
 	mopts := []sdkmetric.Option{sdkmetric.WithResource(res), sdkmetric.WithReader(promExp)}
 	if t.OTLPMetrics {
 		var exp sdkmetric.Exporter
-		switch p := protocol("METRICS"); p {
+		switch protocol {
 		case "grpc":
 			exp, err = otlpmetricgrpc.New(ctx)
 		case "http/protobuf":
 			exp, err = otlpmetrichttp.New(ctx)
 		default:
-			err = fmt.Errorf("unsupported OTLP protocol %q (grpc or http/protobuf)", p)
+			err = fmt.Errorf("unsupported OTLP protocol %q (grpc or http/protobuf)", protocol)
 		}
 		if err != nil {
-			return fail(fmt.Errorf("error creating the OTLP metric exporter: %w", err))
+			return fmt.Errorf("error creating the OTLP metric exporter: %w", err)
 		}
 		mopts = append(mopts, sdkmetric.WithReader(sdkmetric.NewPeriodicReader(exp)))
 	}
@@ -163,23 +177,28 @@ func Setup(ctx context.Context, serviceName string, opts Options) (*Telemetry, e
 	t.MeterProvider = sdkmetric.NewMeterProvider(mopts...)
 	t.shutdown = append(t.shutdown, t.MeterProvider.Shutdown)
 	if err := registerBuildInfo(t.MeterProvider, serviceName); err != nil {
-		return fail(fmt.Errorf("error registering %s: %w", MetricBuildInfo, err))
+		return fmt.Errorf("error registering %s: %w", MetricBuildInfo, err)
 	}
+	return nil
+}
 
-	// Traces: OTLP when asked, the test exporter and processor.
+// setupTraces builds the tracer provider: OTLP over protocol when asked,
+// the test exporter and processor.
+func (t *Telemetry) setupTraces(ctx context.Context, res *resource.Resource, protocol string, opts Options) error {
 	topts := []sdktrace.TracerProviderOption{sdktrace.WithResource(res)}
 	if t.OTLPTraces {
 		var exp sdktrace.SpanExporter
-		switch p := protocol("TRACES"); p {
+		var err error
+		switch protocol {
 		case "grpc":
 			exp, err = otlptracegrpc.New(ctx)
 		case "http/protobuf":
 			exp, err = otlptracehttp.New(ctx)
 		default:
-			err = fmt.Errorf("unsupported OTLP protocol %q (grpc or http/protobuf)", p)
+			err = fmt.Errorf("unsupported OTLP protocol %q (grpc or http/protobuf)", protocol)
 		}
 		if err != nil {
-			return fail(fmt.Errorf("error creating the OTLP span exporter: %w", err))
+			return fmt.Errorf("error creating the OTLP span exporter: %w", err)
 		}
 		topts = append(topts, sdktrace.WithBatcher(exp))
 	}
@@ -191,11 +210,5 @@ func Setup(ctx context.Context, serviceName string, opts Options) (*Telemetry, e
 	}
 	t.TracerProvider = sdktrace.NewTracerProvider(topts...)
 	t.shutdown = append(t.shutdown, t.TracerProvider.Shutdown)
-
-	if opts.SetGlobal {
-		otel.SetTracerProvider(t.TracerProvider)
-		otel.SetMeterProvider(t.MeterProvider)
-		otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
-	}
-	return t, nil
+	return nil
 }

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/chatd/chatd/pkg v0.0.0
+	github.com/chatd/chatd/services/worker v0.0.0
 	github.com/google/uuid v1.6.0
 	github.com/jackc/pgx/v5 v5.12.0
 	google.golang.org/grpc v1.85.0
@@ -56,3 +57,5 @@ require (
 )
 
 replace github.com/chatd/chatd/pkg => ../../pkg
+
+replace github.com/chatd/chatd/services/worker => ../worker

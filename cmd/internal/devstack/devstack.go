@@ -66,7 +66,6 @@ type Ready struct {
 // Postgres cluster, and returns.
 func Run(ctx context.Context, cfg Config, ready func(Ready)) (err error) {
 	cfg.defaults()
-	log := cfg.Log
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return fmt.Errorf("create the data directory %s: %w", cfg.DataDir, err)
 	}
@@ -124,6 +123,26 @@ func Run(ctx context.Context, cfg Config, ready func(Ready)) (err error) {
 		return err
 	}
 
+	announce := func(base string) error {
+		token, tokenFile, err := writeToken(cfg.DataDir, id)
+		if err != nil {
+			return err
+		}
+		// Where it serves, for clients' --dev (ServingURL).
+		lock.record(base)
+		if ready != nil {
+			ready(Ready{URL: base, Token: token, TokenFile: tokenFile, DatabaseURL: dbURL, Providers: providers})
+		}
+		return nil
+	}
+	return serve(ctx, cfg, lis, network, services, announce)
+}
+
+// serve runs the services, and the front HTTP server on lis, until ctx
+// ends or one of them fails; once the front answers healthy it calls
+// announce with its URL, and an error from announce stops the stack too.
+// It returns every failure.
+func serve(ctx context.Context, cfg Config, lis net.Listener, network *service.InProcess, services []hosted, announce func(base string) error) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -132,7 +151,7 @@ func Run(ctx context.Context, cfg Config, ready func(Ready)) (err error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.run(runCtx, log.With("service", s.name)); err != nil {
+			if err := s.run(runCtx, cfg.Log.With("service", s.name)); err != nil {
 				errs <- fmt.Errorf("%s: %w", s.name, err)
 				cancel() // one service failing stops the stack
 			}
@@ -149,18 +168,9 @@ func Run(ctx context.Context, cfg Config, ready func(Ready)) (err error) {
 	base := "http://" + lis.Addr().String()
 	if err := waitHealthy(runCtx, base); err != nil {
 		cancel()
-	} else {
-		token, tokenFile, terr := writeToken(cfg.DataDir, id)
-		if terr != nil {
-			errs <- terr
-			cancel()
-		} else {
-			// Where it serves, for clients' --dev (ServingURL).
-			lock.record(base)
-			if ready != nil {
-				ready(Ready{URL: base, Token: token, TokenFile: tokenFile, DatabaseURL: dbURL, Providers: providers})
-			}
-		}
+	} else if err := announce(base); err != nil {
+		errs <- err
+		cancel()
 	}
 
 	<-runCtx.Done()

@@ -87,7 +87,10 @@ func newServices(env settings, network *service.InProcess) ([]hosted, error) {
 	// service.Main applies the outbound policy to a service's process; the
 	// stack's services share this one.
 	outbound.SetDenyPrivate(apiCfg.OutboundDenyPrivate)
-	apiCfg.Embedded = service.Embedded{GRPCListener: network.Listen(apiGRPC), HTTPListener: network.Listen(apiHTTP)}
+	apiCfg.Embedded = service.Embedded{GRPCListener: network.Listen(apiGRPC), HTTPListener: network.Listen(apiHTTP),
+		DialOptions: network.DialOptions()}
+	// The /v1 streams take live parts from the relay too.
+	apiCfg.RelayAddr = network.Addr(relayGRPC)
 
 	workerCfg := worker.Config.(*workerserver.Config)
 	workerCfg.Embedded = service.Embedded{GRPCListener: network.Listen(workerGRPC)}

@@ -1,4 +1,5 @@
-// Package inproctest starts the api and one worker in the test process,
+// Package inproctest starts the api and one worker (and, when asked, the
+// relay) in the test process,
 // each parsing its CHATD_* settings as its binary does, over a fresh
 // database and an in-process NATS server, on loopback listeners. Tests of
 // whole features (compaction, hooks, subagents, MCP) use it when they need
@@ -27,6 +28,7 @@ import (
 	"github.com/chatd/chatd/pkg/natstest"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/services/api/apiserver"
+	"github.com/chatd/chatd/services/relay/relayserver"
 	"github.com/chatd/chatd/services/worker/workerserver"
 )
 
@@ -52,6 +54,10 @@ type Options struct {
 	// start (what no environment variable can carry, e.g. a hook client
 	// that trusts a test certificate).
 	Configure func(api *apiserver.Config, worker *workerserver.Config)
+	// Relay also starts the relay service, and points the api's /v1
+	// streams at it: they then show live parts token by token. Without it
+	// the api follows no relay.
+	Relay bool
 }
 
 // Stack is a running api and worker.
@@ -75,8 +81,12 @@ func Start(t testing.TB, o Options) *Stack {
 	for k, v := range o.Env {
 		env[k] = v
 	}
-	api, worker := apiserver.Program(), workerserver.Program()
-	for _, p := range []service.Program{api, worker} {
+	api, worker, relay := apiserver.Program(), workerserver.Program(), relayserver.Program()
+	programs := []service.Program{api, worker}
+	if o.Relay {
+		programs = append(programs, relay)
+	}
+	for _, p := range programs {
 		vars := service.NewVars(p.Name, p.Summary)
 		p.Config.Declare(vars)
 		require.NoError(t, vars.Parse(nil, func(k string) (string, bool) { v, ok := env[k]; return v, ok }))
@@ -92,18 +102,27 @@ func Start(t testing.TB, o Options) *Stack {
 	workerCfg := worker.Config.(*workerserver.Config)
 	workerCfg.AdvertiseAddr = workerGRPC.Addr().String()
 	workerCfg.Embedded = service.Embedded{GRPCListener: workerGRPC, DBTracer: dbtest.Guard(t)}
+	apiCfg.RelayAddr = ""
+	if o.Relay {
+		relayGRPC := listen()
+		relayCfg := relay.Config.(*relayserver.Config)
+		relayCfg.Embedded = service.Embedded{GRPCListener: relayGRPC, DBTracer: dbtest.Guard(t)}
+		relayCfg.AdvertiseAddr = relayGRPC.Addr().String()
+		apiCfg.RelayAddr = relayGRPC.Addr().String()
+	}
 	if o.Configure != nil {
 		o.Configure(apiCfg, workerCfg)
 	}
 
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 2)
-	go func() { done <- api.Run(ctx, log) }()
-	go func() { done <- worker.Run(ctx, log) }()
+	done := make(chan error, len(programs))
+	for _, p := range programs {
+		go func() { done <- p.Run(ctx, log) }()
+	}
 	t.Cleanup(func() {
 		cancel()
-		for range 2 {
+		for range programs {
 			select {
 			case err := <-done:
 				require.NoError(t, err)

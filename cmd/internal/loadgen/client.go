@@ -319,15 +319,7 @@ const errorReasonWait = 2 * time.Second
 // runTurn sends one message on c and follows its stream until the turn
 // ends.
 func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
-	// Whatever the stream sent before this POST belongs to earlier turns.
-	for drained := false; !drained; {
-		select {
-		case it := <-c.events:
-			c.noteStatus(it)
-		default:
-			drained = true
-		}
-	}
+	c.dropEarlierEvents()
 	tctx, cancel := context.WithTimeout(ctx, r.cfg.TurnTimeout)
 	defer cancel()
 	start := time.Now()
@@ -344,98 +336,151 @@ func (r *run) runTurn(ctx context.Context, c *chat) turnResult {
 		// The chat was busy: the bench's own bookkeeping is off for it.
 		return turnResult{kind: "queued behind a running turn", detail: "the message was queued: the chat was still busy", reuse: false}
 	}
-	msgID := int64(sent.Message.ID)
-	var firstPart time.Time
-	sawUser, sawReply, sawErrorStatus := false, false, false
-	var reasonTimer <-chan time.Time
-	fail := func(kind, detail string, reuse bool) turnResult {
-		return turnResult{kind: kind, detail: detail, reuse: reuse}
-	}
-	// ended is the turn's result when it ended at at in status.
-	ended := func(at time.Time, status string) turnResult {
-		res := turnResult{turn: at.Sub(start), reuse: status == "waiting"}
-		if !firstPart.IsZero() {
-			res.ttft = firstPart.Sub(start)
-		}
-		return res
-	}
+	t := &turn{r: r, c: c, start: start, msgID: int64(sent.Message.ID)}
 	for {
 		select {
 		case <-tctx.Done():
-			if ctx.Err() != nil {
-				return fail("interrupted", "the run was interrupted", false)
-			}
-			if sawErrorStatus {
-				return fail("chat error", "the chat's status became error", true)
-			}
-			if firstPart.IsZero() && !sawReply {
-				return fail("timeout waiting for the first part", fmt.Sprintf("no part of the reply within %s", r.cfg.TurnTimeout), false)
-			}
-			return fail("timeout waiting for the end of the turn", fmt.Sprintf("the turn did not end within %s (chat %s, message %d: the reply %s, last status %q)",
-				r.cfg.TurnTimeout, c.id, msgID, seen(sawReply), c.status), false)
-		case <-reasonTimer:
-			return fail("chat error", "the chat's status became error (no reason followed)", true)
+			return t.timedOut(ctx)
+		case <-t.reasonTimer:
+			return turnFailed("chat error", "the chat's status became error (no reason followed)", true)
 		case it := <-c.events:
-			if it.lost != nil {
-				continue // resumed from the cursor: the turn goes on
-			}
-			idleBefore := idle(c.status)
-			c.noteStatus(it)
-			ev := it.ev
-			switch ev.Type {
-			case "message":
-				if ev.Message == nil {
-					continue
-				}
-				id := int64(ev.Message.ID)
-				switch {
-				case ev.Message.Role == "user" && id == msgID:
-					sawUser = true
-				case ev.Message.Role == "assistant" && id > msgID:
-					sawUser, sawReply = true, true
-					if idleBefore {
-						// The stream sends a status only when it changed
-						// since its last one. A stream that read the chat
-						// only once the turn was over sends the reply and no
-						// status: the chat was idle before and is again. Ask
-						// the api whether it is.
-						if st, err := r.cl.chatStatus(tctx, c.id); err == nil && idle(st) {
-							return ended(it.at, st)
-						}
-					}
-				}
-			case "message_part":
-				if firstPart.IsZero() && (ev.MessagePart == nil || ev.MessagePart.Role != "user") {
-					firstPart = it.at
-				}
-			case "error":
-				if sawUser && ev.Error != nil {
-					kind := "chat error"
-					if ev.Error.Kind != "" {
-						kind += ": " + ev.Error.Kind
-					}
-					return fail(kind, ev.Error.Message, true)
-				}
-			case "status":
-				if !sawUser || ev.Status == nil {
-					continue
-				}
-				switch ev.Status.Status {
-				case "error":
-					sawErrorStatus = true
-					reasonTimer = time.After(errorReasonWait)
-				case "requires_action":
-					sawReply = true
-					fallthrough
-				case "waiting":
-					if !sawReply {
-						return fail("turn ended without a reply", "the chat became "+ev.Status.Status+" with no assistant message", true)
-					}
-					return ended(it.at, ev.Status.Status)
-				}
+			if res, done := t.follow(tctx, it); done {
+				return res
 			}
 		}
 	}
+}
+
+// dropEarlierEvents drops, noting their statuses, the events the stream
+// sent before this turn's POST: they belong to earlier turns.
+func (ch *chat) dropEarlierEvents() {
+	for {
+		select {
+		case it := <-ch.events:
+			ch.noteStatus(it)
+		default:
+			return
+		}
+	}
+}
+
+// turn is what runTurn has seen of one turn's events.
+type turn struct {
+	r              *run
+	c              *chat
+	start          time.Time
+	msgID          int64 // the user message the turn answers
+	firstPart      time.Time
+	sawUser        bool
+	sawReply       bool
+	sawErrorStatus bool
+	// reasonTimer fires when the error event that should follow a status
+	// error has not come.
+	reasonTimer <-chan time.Time
+}
+
+// turnFailed is a failed turn's result.
+func turnFailed(kind, detail string, reuse bool) turnResult {
+	return turnResult{kind: kind, detail: detail, reuse: reuse}
+}
+
+// ended is the turn's result when it ended at at in status.
+func (t *turn) ended(at time.Time, status string) turnResult {
+	res := turnResult{turn: at.Sub(t.start), reuse: status == "waiting"}
+	if !t.firstPart.IsZero() {
+		res.ttft = t.firstPart.Sub(t.start)
+	}
+	return res
+}
+
+// timedOut is the result of a turn whose deadline passed, or whose run
+// was interrupted (ctx).
+func (t *turn) timedOut(ctx context.Context) turnResult {
+	timeout := t.r.cfg.TurnTimeout
+	switch {
+	case ctx.Err() != nil:
+		return turnFailed("interrupted", "the run was interrupted", false)
+	case t.sawErrorStatus:
+		return turnFailed("chat error", "the chat's status became error", true)
+	case t.firstPart.IsZero() && !t.sawReply:
+		return turnFailed("timeout waiting for the first part", fmt.Sprintf("no part of the reply within %s", timeout), false)
+	}
+	return turnFailed("timeout waiting for the end of the turn", fmt.Sprintf("the turn did not end within %s (chat %s, message %d: the reply %s, last status %q)",
+		timeout, t.c.id, t.msgID, seen(t.sawReply), t.c.status), false)
+}
+
+// follow takes one event of the stream; done says the turn ended with res.
+func (t *turn) follow(ctx context.Context, it item) (res turnResult, done bool) {
+	if it.lost != nil {
+		return res, false // resumed from the cursor: the turn goes on
+	}
+	idleBefore := idle(t.c.status)
+	t.c.noteStatus(it)
+	ev := it.ev
+	switch ev.Type {
+	case "message":
+		if ev.Message != nil {
+			return t.onMessage(ctx, it, idleBefore)
+		}
+	case "message_part":
+		if t.firstPart.IsZero() && (ev.MessagePart == nil || ev.MessagePart.Role != "user") {
+			t.firstPart = it.at
+		}
+	case "error":
+		if t.sawUser && ev.Error != nil {
+			kind := "chat error"
+			if ev.Error.Kind != "" {
+				kind += ": " + ev.Error.Kind
+			}
+			return turnFailed(kind, ev.Error.Message, true), true
+		}
+	case "status":
+		if t.sawUser && ev.Status != nil {
+			return t.onStatus(it)
+		}
+	}
+	return res, false
+}
+
+// onMessage notes the turn's user message and its reply.
+func (t *turn) onMessage(ctx context.Context, it item, idleBefore bool) (res turnResult, done bool) {
+	m := it.ev.Message
+	id := int64(m.ID)
+	switch {
+	case m.Role == "user" && id == t.msgID:
+		t.sawUser = true
+	case m.Role == "assistant" && id > t.msgID:
+		t.sawUser, t.sawReply = true, true
+		if idleBefore {
+			// The stream sends a status only when it changed since its
+			// last one. A stream that read the chat only once the turn
+			// was over sends the reply and no status: the chat was idle
+			// before and is again. Ask the api whether it is.
+			if st, err := t.r.cl.chatStatus(ctx, t.c.id); err == nil && idle(st) {
+				return t.ended(it.at, st), true
+			}
+		}
+	}
+	return res, false
+}
+
+// onStatus ends the turn when the chat is idle again, and waits a moment
+// for the reason of an error.
+func (t *turn) onStatus(it item) (res turnResult, done bool) {
+	switch status := it.ev.Status.Status; status {
+	case "error":
+		t.sawErrorStatus = true
+		t.reasonTimer = time.After(errorReasonWait)
+	case "requires_action":
+		t.sawReply = true
+		fallthrough
+	case "waiting":
+		if !t.sawReply {
+			return turnFailed("turn ended without a reply", "the chat became "+status+" with no assistant message", true), true
+		}
+		return t.ended(it.at, status), true
+	}
+	return res, false
 }
 
 // postKind names a failed POST's kind and says whether the chat is still

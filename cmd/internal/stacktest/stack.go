@@ -151,7 +151,8 @@ func StartWith(t testing.TB, o Options) *Stack {
 	s.RelayGRPC = servicetest.FreeAddr(t)
 
 	s.API = servicetest.Start(t, servicetest.Build(t, filepath.Join(root, "services/api")),
-		env(append([]string{"CHATD_HTTP_ADDR=" + s.APIHTTP, "CHATD_GRPC_ADDR=" + servicetest.FreeAddr(t), "CHATD_RATE_LIMIT_PER_SECOND=0"}, o.APIEnv...)...))
+		env(append([]string{"CHATD_HTTP_ADDR=" + s.APIHTTP, "CHATD_GRPC_ADDR=" + servicetest.FreeAddr(t), "CHATD_RATE_LIMIT_PER_SECOND=0",
+			"CHATD_RELAY_ADDR=" + s.RelayGRPC}, o.APIEnv...)...))
 	s.workerBin = servicetest.Build(t, filepath.Join(root, "services/worker"))
 	s.workerEnv = func(extra ...string) []string {
 		return env(append(append([]string{"CHATD_ACQUIRE_INTERVAL=1s"}, o.WorkerEnv...), extra...)...)

@@ -38,10 +38,13 @@ type Call struct {
 	Args string // JSON
 }
 
-// Reply is the model's answer: tool calls, else Text, else Pieces.
+// Reply is the model's answer: its reasoning (streamed first, as
+// reasoning_content deltas the way vLLM and Ollama stream it), its text
+// (Text, else Pieces), then its tool calls.
 type Reply struct {
-	Text  string
-	Calls []Call
+	Reasoning string
+	Text      string
+	Calls     []Call
 	// Pieces, when Text is empty, are the text streamed as one chunk each,
 	// Pace apart: a model that takes its time, whose stream the caller
 	// may cancel (Exchange.Completed is then false).
@@ -199,39 +202,20 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, n int, reply Rep
 		fmt.Fprintf(w, "data: {\"id\":\"chatcmpl-%d\",\"object\":\"chat.completion.chunk\",\"created\":1700000000,\"model\":\"strict\",\"choices\":%s}\n\n", n, choices)
 	}
 	chunk(`[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]`)
+	if reply.Reasoning != "" {
+		reasoning, _ := json.Marshal(reply.Reasoning)
+		chunk(fmt.Sprintf(`[{"index":0,"delta":{"reasoning_content":%s},"finish_reason":null}]`, reasoning))
+	}
+	if !s.streamText(w, r, flusher, reply, chunk) {
+		return false
+	}
 	finish := "stop"
-	switch {
-	case len(reply.Calls) > 0:
+	if len(reply.Calls) > 0 {
 		finish = "tool_calls"
 		for i, c := range reply.Calls {
 			fn, _ := json.Marshal(map[string]string{"name": c.Name, "arguments": c.Args})
 			chunk(fmt.Sprintf(`[{"index":0,"delta":{"tool_calls":[{"index":%d,"id":"call_%d_%d","type":"function","function":%s}]},"finish_reason":null}]`, i, n, i, fn))
 		}
-	case reply.Text == "" && len(reply.Pieces) > 0:
-		for i, p := range reply.Pieces {
-			if i > 0 {
-				select {
-				case <-r.Context().Done():
-					return false
-				case <-time.After(reply.Pace):
-				}
-			}
-			text, _ := json.Marshal(p)
-			chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
-			if flusher != nil {
-				flusher.Flush()
-			}
-		}
-		if reply.Hold != nil {
-			select {
-			case <-r.Context().Done():
-				return false
-			case <-reply.Hold:
-			}
-		}
-	default:
-		text, _ := json.Marshal(reply.Text)
-		chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
 	}
 	chunk(fmt.Sprintf(`[{"index":0,"delta":{},"finish_reason":%q}]`, finish))
 	chunk(`[],"usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}`)
@@ -277,4 +261,40 @@ func refuse(w http.ResponseWriter, msg string) {
 		"message": msg, "type": "invalid_request_error", "param": "messages", "code": nil,
 	}})
 	_, _ = w.Write(b)
+}
+
+// streamText streams reply's text: Text in one chunk (an empty one when
+// the reply has neither text nor calls), else Pieces, Pace apart, then
+// holds the stream while Hold is open. It reports false when the caller
+// went away first.
+func (s *Server) streamText(w http.ResponseWriter, r *http.Request, flusher http.Flusher, reply Reply, chunk func(string)) bool {
+	if reply.Text != "" || len(reply.Pieces) == 0 {
+		if reply.Text != "" || len(reply.Calls) == 0 {
+			text, _ := json.Marshal(reply.Text)
+			chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
+		}
+		return true
+	}
+	for i, p := range reply.Pieces {
+		if i > 0 {
+			select {
+			case <-r.Context().Done():
+				return false
+			case <-time.After(reply.Pace):
+			}
+		}
+		text, _ := json.Marshal(p)
+		chunk(fmt.Sprintf(`[{"index":0,"delta":{"content":%s},"finish_reason":null}]`, text))
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	if reply.Hold != nil {
+		select {
+		case <-r.Context().Done():
+			return false
+		case <-reply.Hold:
+		}
+	}
+	return true
 }

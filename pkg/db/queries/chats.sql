@@ -158,3 +158,10 @@ RETURNING *;
 -- A read-only view of a chat under a row lock that waits for any bundle in
 -- flight and blocks new ones until the view ends; it bumps nothing.
 SELECT * FROM chats WHERE id = @id FOR SHARE;
+
+-- name: ChatSetDynamicTools :one
+-- Replaces the chat's client tools (metadata, not execution state): the
+-- model is offered them from its next step on.
+UPDATE chats SET dynamic_tools = @dynamic_tools
+WHERE id = @id
+RETURNING *;

@@ -657,6 +657,55 @@ func (q *Queries) ChatSetArchived(ctx context.Context, arg ChatSetArchivedParams
 	return i, err
 }
 
+const chatSetDynamicTools = `-- name: ChatSetDynamicTools :one
+UPDATE chats SET dynamic_tools = $1
+WHERE id = $2
+RETURNING id, organization_id, owner_id, parent_chat_id, root_chat_id, title, title_source, title_updated_at, system_prompt, dynamic_tools, last_model_config_id, last_reasoning_effort, status, archived, worker_id, runner_id, last_error, retry_state, snapshot_version, history_version, queue_version, generation_attempt, retry_state_version, requires_action_deadline_at, compaction_requested_at, created_at, updated_at, project_id
+`
+
+type ChatSetDynamicToolsParams struct {
+	DynamicTools json.RawMessage
+	ID           uuid.UUID
+}
+
+// Replaces the chat's client tools (metadata, not execution state): the
+// model is offered them from its next step on.
+func (q *Queries) ChatSetDynamicTools(ctx context.Context, arg ChatSetDynamicToolsParams) (Chat, error) {
+	row := q.db.QueryRow(ctx, chatSetDynamicTools, arg.DynamicTools, arg.ID)
+	var i Chat
+	err := row.Scan(
+		&i.ID,
+		&i.OrganizationID,
+		&i.OwnerID,
+		&i.ParentChatID,
+		&i.RootChatID,
+		&i.Title,
+		&i.TitleSource,
+		&i.TitleUpdatedAt,
+		&i.SystemPrompt,
+		&i.DynamicTools,
+		&i.LastModelConfigID,
+		&i.LastReasoningEffort,
+		&i.Status,
+		&i.Archived,
+		&i.WorkerID,
+		&i.RunnerID,
+		&i.LastError,
+		&i.RetryState,
+		&i.SnapshotVersion,
+		&i.HistoryVersion,
+		&i.QueueVersion,
+		&i.GenerationAttempt,
+		&i.RetryStateVersion,
+		&i.RequiresActionDeadlineAt,
+		&i.CompactionRequestedAt,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.ProjectID,
+	)
+	return i, err
+}
+
 const chatSetExecution = `-- name: ChatSetExecution :one
 UPDATE chats
 SET status = $1,

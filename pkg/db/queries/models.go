@@ -481,6 +481,16 @@ type OpenaiResponse struct {
 	Conversation       bool
 	CancelledAt        *time.Time
 	CreatedAt          time.Time
+	Tools              json.RawMessage
+	ToolChoice         string
+	IdempotencyKey     *string
+}
+
+type OpenaiResponseEvent struct {
+	ResponseID uuid.UUID
+	Seq        int32
+	Type       string
+	Data       []byte
 }
 
 type Organization struct {

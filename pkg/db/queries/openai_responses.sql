@@ -1,12 +1,15 @@
 -- name: OpenAIResponseInsert :one
 INSERT INTO openai_responses (id, organization_id, owner_id, chat_id, message_id, queued_message_id,
-    model, instructions, metadata, background, previous_response_id, conversation)
+    model, instructions, metadata, background, previous_response_id, conversation, tools, tool_choice,
+    idempotency_key)
 VALUES (@id, @organization_id, @owner_id, @chat_id, sqlc.narg(message_id), sqlc.narg(queued_message_id),
-    @model, sqlc.narg(instructions), @metadata, @background, sqlc.narg(previous_response_id), @conversation)
+    @model, sqlc.narg(instructions), @metadata, @background, sqlc.narg(previous_response_id), @conversation,
+    @tools, @tool_choice, sqlc.narg(idempotency_key))
 RETURNING *;
 
 -- name: OpenAIResponseOfTurn :one
--- The response of a turn, by its user message or its queued message.
+-- The response of a turn, by the message that starts it (a user message,
+-- or the tool results that continue a turn) or its queued message.
 SELECT * FROM openai_responses
 WHERE chat_id = @chat_id
   AND (message_id = sqlc.narg(message_id) OR queued_message_id = sqlc.narg(queued_message_id))
@@ -37,3 +40,15 @@ INSERT INTO openai_conversations (chat_id, metadata) VALUES (@chat_id, @metadata
 
 -- name: OpenAIConversationMetadata :one
 SELECT metadata FROM openai_conversations WHERE chat_id = @chat_id;
+
+-- name: OpenAIResponseByKey :one
+-- The caller's latest response created with an Idempotency-Key.
+SELECT * FROM openai_responses
+WHERE organization_id = @organization_id AND owner_id = @owner_id AND idempotency_key = @idempotency_key
+ORDER BY created_at DESC LIMIT 1;
+
+-- name: OpenAIConversationSetMetadata :exec
+-- A conversation's metadata, replaced whole (a chat created outside /v1
+-- has no row yet).
+INSERT INTO openai_conversations (chat_id, metadata) VALUES (@chat_id, @metadata)
+ON CONFLICT (chat_id) DO UPDATE SET metadata = EXCLUDED.metadata;

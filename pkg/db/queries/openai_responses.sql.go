@@ -37,6 +37,23 @@ func (q *Queries) OpenAIConversationMetadata(ctx context.Context, chatID uuid.UU
 	return metadata, err
 }
 
+const openAIConversationSetMetadata = `-- name: OpenAIConversationSetMetadata :exec
+INSERT INTO openai_conversations (chat_id, metadata) VALUES ($1, $2)
+ON CONFLICT (chat_id) DO UPDATE SET metadata = EXCLUDED.metadata
+`
+
+type OpenAIConversationSetMetadataParams struct {
+	ChatID   uuid.UUID
+	Metadata json.RawMessage
+}
+
+// A conversation's metadata, replaced whole (a chat created outside /v1
+// has no row yet).
+func (q *Queries) OpenAIConversationSetMetadata(ctx context.Context, arg OpenAIConversationSetMetadataParams) error {
+	_, err := q.db.Exec(ctx, openAIConversationSetMetadata, arg.ChatID, arg.Metadata)
+	return err
+}
+
 const openAIPromotedMessage = `-- name: OpenAIPromotedMessage :one
 SELECT id FROM chat_messages
 WHERE chat_id = $1 AND queued_message_id = $2 AND NOT deleted
@@ -55,10 +72,48 @@ func (q *Queries) OpenAIPromotedMessage(ctx context.Context, arg OpenAIPromotedM
 	return id, err
 }
 
+const openAIResponseByKey = `-- name: OpenAIResponseByKey :one
+SELECT id, organization_id, owner_id, chat_id, message_id, queued_message_id, model, instructions, metadata, background, previous_response_id, conversation, cancelled_at, created_at, tools, tool_choice, idempotency_key FROM openai_responses
+WHERE organization_id = $1 AND owner_id = $2 AND idempotency_key = $3
+ORDER BY created_at DESC LIMIT 1
+`
+
+type OpenAIResponseByKeyParams struct {
+	OrganizationID uuid.UUID
+	OwnerID        uuid.UUID
+	IdempotencyKey *string
+}
+
+// The caller's latest response created with an Idempotency-Key.
+func (q *Queries) OpenAIResponseByKey(ctx context.Context, arg OpenAIResponseByKeyParams) (OpenaiResponse, error) {
+	row := q.db.QueryRow(ctx, openAIResponseByKey, arg.OrganizationID, arg.OwnerID, arg.IdempotencyKey)
+	var i OpenaiResponse
+	err := row.Scan(
+		&i.ID,
+		&i.OrganizationID,
+		&i.OwnerID,
+		&i.ChatID,
+		&i.MessageID,
+		&i.QueuedMessageID,
+		&i.Model,
+		&i.Instructions,
+		&i.Metadata,
+		&i.Background,
+		&i.PreviousResponseID,
+		&i.Conversation,
+		&i.CancelledAt,
+		&i.CreatedAt,
+		&i.Tools,
+		&i.ToolChoice,
+		&i.IdempotencyKey,
+	)
+	return i, err
+}
+
 const openAIResponseCancel = `-- name: OpenAIResponseCancel :one
 UPDATE openai_responses SET cancelled_at = coalesce(cancelled_at, now())
 WHERE id = $1
-RETURNING id, organization_id, owner_id, chat_id, message_id, queued_message_id, model, instructions, metadata, background, previous_response_id, conversation, cancelled_at, created_at
+RETURNING id, organization_id, owner_id, chat_id, message_id, queued_message_id, model, instructions, metadata, background, previous_response_id, conversation, cancelled_at, created_at, tools, tool_choice, idempotency_key
 `
 
 func (q *Queries) OpenAIResponseCancel(ctx context.Context, id uuid.UUID) (OpenaiResponse, error) {
@@ -79,6 +134,9 @@ func (q *Queries) OpenAIResponseCancel(ctx context.Context, id uuid.UUID) (Opena
 		&i.Conversation,
 		&i.CancelledAt,
 		&i.CreatedAt,
+		&i.Tools,
+		&i.ToolChoice,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }
@@ -93,7 +151,7 @@ func (q *Queries) OpenAIResponseDelete(ctx context.Context, id uuid.UUID) error 
 }
 
 const openAIResponseGet = `-- name: OpenAIResponseGet :one
-SELECT id, organization_id, owner_id, chat_id, message_id, queued_message_id, model, instructions, metadata, background, previous_response_id, conversation, cancelled_at, created_at FROM openai_responses WHERE id = $1
+SELECT id, organization_id, owner_id, chat_id, message_id, queued_message_id, model, instructions, metadata, background, previous_response_id, conversation, cancelled_at, created_at, tools, tool_choice, idempotency_key FROM openai_responses WHERE id = $1
 `
 
 func (q *Queries) OpenAIResponseGet(ctx context.Context, id uuid.UUID) (OpenaiResponse, error) {
@@ -114,16 +172,21 @@ func (q *Queries) OpenAIResponseGet(ctx context.Context, id uuid.UUID) (OpenaiRe
 		&i.Conversation,
 		&i.CancelledAt,
 		&i.CreatedAt,
+		&i.Tools,
+		&i.ToolChoice,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }
 
 const openAIResponseInsert = `-- name: OpenAIResponseInsert :one
 INSERT INTO openai_responses (id, organization_id, owner_id, chat_id, message_id, queued_message_id,
-    model, instructions, metadata, background, previous_response_id, conversation)
+    model, instructions, metadata, background, previous_response_id, conversation, tools, tool_choice,
+    idempotency_key)
 VALUES ($1, $2, $3, $4, $5, $6,
-    $7, $8, $9, $10, $11, $12)
-RETURNING id, organization_id, owner_id, chat_id, message_id, queued_message_id, model, instructions, metadata, background, previous_response_id, conversation, cancelled_at, created_at
+    $7, $8, $9, $10, $11, $12,
+    $13, $14, $15)
+RETURNING id, organization_id, owner_id, chat_id, message_id, queued_message_id, model, instructions, metadata, background, previous_response_id, conversation, cancelled_at, created_at, tools, tool_choice, idempotency_key
 `
 
 type OpenAIResponseInsertParams struct {
@@ -139,6 +202,9 @@ type OpenAIResponseInsertParams struct {
 	Background         bool
 	PreviousResponseID *uuid.UUID
 	Conversation       bool
+	Tools              json.RawMessage
+	ToolChoice         string
+	IdempotencyKey     *string
 }
 
 func (q *Queries) OpenAIResponseInsert(ctx context.Context, arg OpenAIResponseInsertParams) (OpenaiResponse, error) {
@@ -155,6 +221,9 @@ func (q *Queries) OpenAIResponseInsert(ctx context.Context, arg OpenAIResponseIn
 		arg.Background,
 		arg.PreviousResponseID,
 		arg.Conversation,
+		arg.Tools,
+		arg.ToolChoice,
+		arg.IdempotencyKey,
 	)
 	var i OpenaiResponse
 	err := row.Scan(
@@ -172,12 +241,15 @@ func (q *Queries) OpenAIResponseInsert(ctx context.Context, arg OpenAIResponseIn
 		&i.Conversation,
 		&i.CancelledAt,
 		&i.CreatedAt,
+		&i.Tools,
+		&i.ToolChoice,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }
 
 const openAIResponseOfTurn = `-- name: OpenAIResponseOfTurn :one
-SELECT id, organization_id, owner_id, chat_id, message_id, queued_message_id, model, instructions, metadata, background, previous_response_id, conversation, cancelled_at, created_at FROM openai_responses
+SELECT id, organization_id, owner_id, chat_id, message_id, queued_message_id, model, instructions, metadata, background, previous_response_id, conversation, cancelled_at, created_at, tools, tool_choice, idempotency_key FROM openai_responses
 WHERE chat_id = $1
   AND (message_id = $2 OR queued_message_id = $3)
 ORDER BY created_at LIMIT 1
@@ -189,7 +261,8 @@ type OpenAIResponseOfTurnParams struct {
 	QueuedMessageID *int64
 }
 
-// The response of a turn, by its user message or its queued message.
+// The response of a turn, by the message that starts it (a user message,
+// or the tool results that continue a turn) or its queued message.
 func (q *Queries) OpenAIResponseOfTurn(ctx context.Context, arg OpenAIResponseOfTurnParams) (OpenaiResponse, error) {
 	row := q.db.QueryRow(ctx, openAIResponseOfTurn, arg.ChatID, arg.MessageID, arg.QueuedMessageID)
 	var i OpenaiResponse
@@ -208,6 +281,9 @@ func (q *Queries) OpenAIResponseOfTurn(ctx context.Context, arg OpenAIResponseOf
 		&i.Conversation,
 		&i.CancelledAt,
 		&i.CreatedAt,
+		&i.Tools,
+		&i.ToolChoice,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }

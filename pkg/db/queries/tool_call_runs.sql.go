@@ -13,6 +13,82 @@ import (
 	"github.com/google/uuid"
 )
 
+const chatToolCallsUnderWay = `-- name: ChatToolCallsUnderWay :many
+WITH tail AS (
+    SELECT m.id, m.role, m.content, m.created_at
+    FROM chat_messages m
+    WHERE m.chat_id = $1
+      AND NOT m.deleted
+      AND m.id > COALESCE((
+          SELECT max(u.id) FROM chat_messages u
+          WHERE u.chat_id = $1 AND NOT u.deleted AND u.role = 'user' AND u.visibility <> 'model'
+      ), 0)
+      AND EXISTS (
+          SELECT 1 FROM chats c
+          WHERE c.id = $1 AND c.status IN ('running', 'interrupting')
+      )
+),
+calls AS (
+    SELECT t.id AS message_id, t.created_at, p.ord, p.part->>'tool_call_id' AS tool_call_id,
+        p.part->>'tool_name' AS tool_name
+    FROM tail t, jsonb_array_elements(t.content) WITH ORDINALITY AS p(part, ord)
+    WHERE t.role = 'assistant' AND p.part->>'type' = 'tool-call'
+),
+results AS (
+    SELECT r.part->>'tool_call_id' AS tool_call_id
+    FROM tail t, jsonb_array_elements(t.content) AS r(part)
+    WHERE t.role = 'tool' AND r.part->>'type' = 'tool-result'
+)
+SELECT calls.message_id, calls.tool_call_id::text AS tool_call_id, calls.tool_name::text AS tool_name,
+    calls.created_at AS stored_at, runs.started_at, runs.finished_at
+FROM calls
+LEFT JOIN chat_tool_call_runs runs
+    ON runs.message_id = calls.message_id AND runs.tool_call_id = calls.tool_call_id
+WHERE NOT EXISTS (SELECT 1 FROM results WHERE results.tool_call_id = calls.tool_call_id)
+ORDER BY calls.message_id, calls.ord
+`
+
+type ChatToolCallsUnderWayRow struct {
+	MessageID  int64
+	ToolCallID string
+	ToolName   string
+	StoredAt   time.Time
+	StartedAt  *time.Time
+	FinishedAt *time.Time
+}
+
+// The open tool calls of a running (or interrupting) chat, in the order a
+// worker runs them, with when their step was stored and what the worker
+// recorded of their runs: the messages view shows from them which call
+// runs and since when. The open calls are ChatMessageOpenToolCalls's; no
+// row when the chat is in any other status.
+func (q *Queries) ChatToolCallsUnderWay(ctx context.Context, chatID uuid.UUID) ([]ChatToolCallsUnderWayRow, error) {
+	rows, err := q.db.Query(ctx, chatToolCallsUnderWay, chatID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ChatToolCallsUnderWayRow
+	for rows.Next() {
+		var i ChatToolCallsUnderWayRow
+		if err := rows.Scan(
+			&i.MessageID,
+			&i.ToolCallID,
+			&i.ToolName,
+			&i.StoredAt,
+			&i.StartedAt,
+			&i.FinishedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const toolCallResultRecord = `-- name: ToolCallResultRecord :exec
 INSERT INTO chat_tool_call_runs (chat_id, message_id, tool_call_id, finished_at, result, is_error)
 VALUES ($1, $2, $3, statement_timestamp(), $4, $5)

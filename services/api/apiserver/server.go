@@ -49,6 +49,9 @@ type Config struct {
 	Hooks hooks.Config
 	// CORS is CHATD_CORS_ALLOWED_ORIGINS.
 	CORS cors.Policy
+	// RelayAddr is the relay service's gRPC address: the /v1 streams show
+	// the live parts it forwards ("" for none).
+	RelayAddr string
 }
 
 // Declare adds the api's settings to v.
@@ -84,6 +87,8 @@ func (c *Config) Declare(v *service.Vars) {
 		"Retries of a failed background model call (a chat title; retryable errors only), the worker's generation retry limit; 0 is no retries.")
 	v.Duration(&c.RequiresActionTimeout, "CHATD_REQUIRES_ACTION_TIMEOUT", chatstate.DefaultRequiresActionTimeout,
 		"How long a chat waits for dynamic tool results before the worker cancels the calls.")
+	v.Addr(&c.RelayAddr, "CHATD_RELAY_ADDR", "127.0.0.1:7004",
+		"host:port of the relay service, whose live message parts the /v1 streams show token by token; empty shows each model step once it is committed.", true)
 	v.Var(cors.Env, "", cors.Usage, func(raw string) (err error) { c.CORS, err = cors.Parse(raw); return err })
 	c.RequireDatabase(v, errNoDatabase)
 	v.Check(func() error {
@@ -138,6 +143,8 @@ func Run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		DBTracer:              cfg.Embedded.DBTracer,
 		DBMeter:               tel.MeterProvider,
 		NATSURL:               cfg.NATSURL,
+		RelayAddr:             cfg.RelayAddr,
+		RelayDialOptions:      cfg.Embedded.DialOptions,
 		Auth:                  auth.Config{Secret: []byte(cfg.AuthSecret), JWKSURL: cfg.JWKSURL},
 		RequiresActionTimeout: cfg.RequiresActionTimeout,
 		GRPCAddr:              cfg.GRPCAddr,

@@ -186,7 +186,7 @@ export function ChatView({ client, chat, models, onChanged, onArchived, onUnauth
           </article>
         ))}
         <article className="message assistant live" data-testid="preview" hidden={!c.live} aria-hidden="true">
-          <div className="meta"><span className="who">Assistant</span></div>
+          <div className="meta"><span className="who">{c.live?.role === 'tool' ? 'Running tools' : 'Assistant'}</span></div>
           {c.live?.parts.map((p, i) => p && <Part key={i} part={p} client={client} live />)}
           <span className="cursor" data-testid="stream-cursor" />
         </article>

@@ -1,7 +1,42 @@
 import { useEffect, useState } from 'react';
-import type { ChatdClient, MessagePart } from '@chatd/client';
+import { runningFor, type ChatdClient, type LivePart, type MessagePart } from '@chatd/client';
 import { Markdown } from './Markdown';
-import { pretty } from './format';
+import { elapsed, pretty } from './format';
+
+/** The current time, once a second while mounted. */
+function useNow(): number {
+  const [now, setNow] = useState(() => Date.now());
+  useEffect(() => {
+    const t = setInterval(() => setNow(Date.now()), 1000);
+    return () => clearInterval(t);
+  }, []);
+  return now;
+}
+
+/** How long a running call has run, counting up. */
+function Elapsed({ since }: { since?: string }) {
+  const ms = runningFor(since, useNow());
+  return <span className="elapsed" data-testid="tool-elapsed" data-ms={ms}>{elapsed(ms)}</span>;
+}
+
+/**
+ * A tool call of the step being run (the live "tool-status" and
+ * "tool-progress" parts): running with its elapsed time and progress, or how
+ * it ended and after how long.
+ */
+export function ToolRun({ part }: { part: LivePart }) {
+  const state = part.state ?? 'running';
+  const progress = part.progress === undefined ? '' : part.total ? `${part.progress}/${part.total}` : `${part.progress}`;
+  return (
+    <div className={`tool run ${state}`} data-testid="tool-run" data-state={state} data-tool={part.tool_name}>
+      <span className={`badge${state === 'failed' ? ' bad' : ''}`}>{state}</span> <code>{part.tool_name}</code>{' '}
+      {state === 'running'
+        ? <Elapsed since={part.started_at} />
+        : part.duration_ms !== undefined && <span className="elapsed">after {elapsed(Number(part.duration_ms))}</span>}
+      {(progress || part.message) && <span className="progress" data-testid="tool-progress"> {progress} {part.message}</span>}
+    </div>
+  );
+}
 
 /** An attachment fetched with the token (an <img src> cannot send it). */
 export function Attachment({ client, part }: { client: ChatdClient; part: MessagePart }) {
@@ -50,7 +85,7 @@ export function Attachment({ client, part }: { client: ChatdClient; part: Messag
   );
 }
 
-export function Part({ part, client, live }: { part: MessagePart; client: ChatdClient; live?: boolean }) {
+export function Part({ part, client, live }: { part: LivePart; client: ChatdClient; live?: boolean }) {
   switch (part.type) {
     case 'text':
       return <div className="md" data-testid={live ? 'preview-text' : 'part-text'}><Markdown text={part.text ?? ''} /></div>;
@@ -67,6 +102,8 @@ export function Part({ part, client, live }: { part: MessagePart; client: ChatdC
           <summary>
             <span className="badge">tool</span> <code>{part.tool_name}</code>
             {part.policy_modified && <span className="badge policy" data-testid="policy-modified" title="A lifecycle hook rewrote this call's input">Modified by policy</span>}
+            {part.state && <span className="badge" data-testid="tool-call-state" data-state={part.state}>{part.state}</span>}
+            {part.state === 'running' && <> <Elapsed since={part.started_at} /></>}
           </summary>
           <div className="label">Arguments</div>
           <pre>{pretty(part.args)}</pre>
@@ -83,6 +120,9 @@ export function Part({ part, client, live }: { part: MessagePart; client: ChatdC
       );
     case 'file':
       return <Attachment client={client} part={part} />;
+    case 'tool-status':
+    case 'tool-progress':
+      return <ToolRun part={part} />;
     case 'hook-notice':
       return <div className="notice" data-testid="part-hook-notice"><span className="badge">{part.hook || 'hook'}</span> {part.text}</div>;
     default:

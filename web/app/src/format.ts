@@ -28,3 +28,13 @@ export function pretty(v: unknown): string {
 export const statusLabel: Record<string, string> = {
   waiting: 'Ready', running: 'Replying…', interrupting: 'Stopping…', requires_action: 'Waiting for tool results', error: 'Error',
 };
+
+/** A duration as a person reads it: "0.4s", "7s", "2m 05s", "1h 02m". */
+export function elapsed(ms: number): string {
+  if (ms < 1000) return `${(Math.max(0, ms) / 1000).toFixed(1)}s`;
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const pad = (n: number) => String(n).padStart(2, '0');
+  if (s < 3600) return `${Math.floor(s / 60)}m ${pad(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${pad(Math.floor((s % 3600) / 60))}m`;
+}

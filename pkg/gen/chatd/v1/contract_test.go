@@ -191,10 +191,12 @@ func TestRESTShapes(t *testing.T) {
 		Role:   "assistant",
 		Content: []*chatdv1.MessagePart{
 			{Type: "text", Text: proto.String("Let me ask.")},
-			{Type: "tool-call", ToolCallId: proto.String("c1"), ToolName: proto.String("ask"), Args: args},
+			{Type: "tool-call", ToolCallId: proto.String("c1"), ToolName: proto.String("ask"), Args: args,
+				State: proto.String("running"), StartedAt: created},
 		},
 		CreatedAt: created,
 		Usage:     &chatdv1.Usage{PromptTokens: 10, OutputTokens: 5},
+		RuntimeMs: proto.Int64(1500),
 	}
 	const msgJSON = `{
 		"id": "42",
@@ -202,10 +204,12 @@ func TestRESTShapes(t *testing.T) {
 		"role": "assistant",
 		"content": [
 			{"type": "text", "text": "Let me ask."},
-			{"type": "tool-call", "tool_call_id": "c1", "tool_name": "ask", "args": {"q": 1}}
+			{"type": "tool-call", "tool_call_id": "c1", "tool_name": "ask", "args": {"q": 1},
+			 "state": "running", "started_at": "2025-01-02T03:04:05Z"}
 		],
 		"created_at": "2025-01-02T03:04:05Z",
-		"usage": {"prompt_tokens": "10", "output_tokens": "5"}
+		"usage": {"prompt_tokens": "10", "output_tokens": "5"},
+		"runtime_ms": "1500"
 	}`
 	require.JSONEq(t, msgJSON, marshalREST(t, msg))
 

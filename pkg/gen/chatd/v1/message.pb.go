@@ -42,8 +42,13 @@ type Message struct {
 	ModelConfigId *string `protobuf:"bytes,8,opt,name=model_config_id,json=modelConfigId,proto3,oneof" json:"model_config_id,omitempty"`
 	// The reasoning effort the message was sent with; unset when none.
 	ReasoningEffort *string `protobuf:"bytes,9,opt,name=reasoning_effort,json=reasoningEffort,proto3,oneof" json:"reasoning_effort,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// assistant: how long the model call that produced the message ran, in
+	// milliseconds, from the start of the provider's stream to its end, or
+	// to the interrupt for a reply cut short (whose usage is unknown). Unset
+	// when not recorded.
+	RuntimeMs     *int64 `protobuf:"varint,10,opt,name=runtime_ms,json=runtimeMs,proto3,oneof" json:"runtime_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Message) Reset() {
@@ -137,6 +142,13 @@ func (x *Message) GetReasoningEffort() string {
 		return *x.ReasoningEffort
 	}
 	return ""
+}
+
+func (x *Message) GetRuntimeMs() int64 {
+	if x != nil && x.RuntimeMs != nil {
+		return *x.RuntimeMs
+	}
+	return 0
 }
 
 // Usage is the token usage reported by the model.
@@ -238,8 +250,21 @@ type MessagePart struct {
 	// after a crash (docs/tools.md); a client tool recognizes a repeated
 	// call by it. Unset on calls stored before keys were.
 	IdempotencyKey *string `protobuf:"bytes,13,opt,name=idempotency_key,json=idempotencyKey,proto3,oneof" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// tool-call, on GET messages only: where a worker-executed call of a
+	// running chat stands while it has no result in history (docs/tools.md,
+	// "Watching calls run"): "running" (the worker runs it now, or resumes
+	// it after a takeover), "pending" (it waits for the calls before it in
+	// its step) or "finished" (it ran; its result is stored with the rest of
+	// its step). Unset once the call has its result, and on calls the worker
+	// does not run (a client's).
+	State *string `protobuf:"bytes,14,opt,name=state,proto3,oneof" json:"state,omitempty"`
+	// tool-call, with state "running": since when. The durable start
+	// record for a call whose effect policy is never_retry; for any other
+	// call the moment it could start: when its step was stored, or when the
+	// call before it in the step finished.
+	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *MessagePart) Reset() {
@@ -363,6 +388,20 @@ func (x *MessagePart) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *MessagePart) GetState() string {
+	if x != nil && x.State != nil {
+		return *x.State
+	}
+	return ""
+}
+
+func (x *MessagePart) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
 // QueuedMessage is a user message waiting for the chat to become idle.
 type QueuedMessage struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -472,7 +511,7 @@ var File_chatd_v1_message_proto protoreflect.FileDescriptor
 
 const file_chatd_v1_message_proto_rawDesc = "" +
 	"\n" +
-	"\x16chatd/v1/message.proto\x12\bchatd.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb5\x03\n" +
+	"\x16chatd/v1/message.proto\x12\bchatd.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x03\n" +
 	"\aMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x17\n" +
 	"\achat_id\x18\x02 \x01(\tR\x06chatId\x12\x12\n" +
@@ -483,14 +522,18 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"created_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12*\n" +
 	"\x05usage\x18\a \x01(\v2\x0f.chatd.v1.UsageH\x01R\x05usage\x88\x01\x01\x12+\n" +
 	"\x0fmodel_config_id\x18\b \x01(\tH\x02R\rmodelConfigId\x88\x01\x01\x12.\n" +
-	"\x10reasoning_effort\x18\t \x01(\tH\x03R\x0freasoningEffort\x88\x01\x01B\x14\n" +
+	"\x10reasoning_effort\x18\t \x01(\tH\x03R\x0freasoningEffort\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"runtime_ms\x18\n" +
+	" \x01(\x03H\x04R\truntimeMs\x88\x01\x01B\x14\n" +
 	"\x12_queued_message_idB\b\n" +
 	"\x06_usageB\x12\n" +
 	"\x10_model_config_idB\x13\n" +
-	"\x11_reasoning_effort\"Q\n" +
+	"\x11_reasoning_effortB\r\n" +
+	"\v_runtime_ms\"Q\n" +
 	"\x05Usage\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12#\n" +
-	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"\xd9\x04\n" +
+	"\routput_tokens\x18\x02 \x01(\x03R\foutputTokens\"\xb9\x05\n" +
 	"\vMessagePart\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x17\n" +
 	"\x04text\x18\x02 \x01(\tH\x00R\x04text\x88\x01\x01\x12%\n" +
@@ -507,7 +550,11 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	" \x01(\tH\x06R\x04name\x88\x01\x01\x12,\n" +
 	"\x0fpolicy_modified\x18\v \x01(\bH\aR\x0epolicyModified\x88\x01\x01\x12\x17\n" +
 	"\x04hook\x18\f \x01(\tH\bR\x04hook\x88\x01\x01\x12,\n" +
-	"\x0fidempotency_key\x18\r \x01(\tH\tR\x0eidempotencyKey\x88\x01\x01B\a\n" +
+	"\x0fidempotency_key\x18\r \x01(\tH\tR\x0eidempotencyKey\x88\x01\x01\x12\x19\n" +
+	"\x05state\x18\x0e \x01(\tH\n" +
+	"R\x05state\x88\x01\x01\x129\n" +
+	"\n" +
+	"started_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAtB\a\n" +
 	"\x05_textB\x0f\n" +
 	"\r_tool_call_idB\f\n" +
 	"\n" +
@@ -519,7 +566,8 @@ const file_chatd_v1_message_proto_rawDesc = "" +
 	"\x05_nameB\x12\n" +
 	"\x10_policy_modifiedB\a\n" +
 	"\x05_hookB\x12\n" +
-	"\x10_idempotency_key\"\xf9\x02\n" +
+	"\x10_idempotency_keyB\b\n" +
+	"\x06_state\"\xf9\x02\n" +
 	"\rQueuedMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x17\n" +
 	"\achat_id\x18\x02 \x01(\tR\x06chatId\x12/\n" +
@@ -562,13 +610,14 @@ var file_chatd_v1_message_proto_depIdxs = []int32{
 	1, // 2: chatd.v1.Message.usage:type_name -> chatd.v1.Usage
 	5, // 3: chatd.v1.MessagePart.args:type_name -> google.protobuf.Value
 	5, // 4: chatd.v1.MessagePart.result:type_name -> google.protobuf.Value
-	2, // 5: chatd.v1.QueuedMessage.content:type_name -> chatd.v1.MessagePart
-	4, // 6: chatd.v1.QueuedMessage.created_at:type_name -> google.protobuf.Timestamp
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	4, // 5: chatd.v1.MessagePart.started_at:type_name -> google.protobuf.Timestamp
+	2, // 6: chatd.v1.QueuedMessage.content:type_name -> chatd.v1.MessagePart
+	4, // 7: chatd.v1.QueuedMessage.created_at:type_name -> google.protobuf.Timestamp
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_chatd_v1_message_proto_init() }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 )
 
@@ -44,6 +45,18 @@ func (s *Server) InterruptChat(ctx context.Context, req *chatdv1.InterruptChatRe
 
 // SubmitToolResults applies CompleteRequiresAction(results).
 func (s *Server) SubmitToolResults(ctx context.Context, req *chatdv1.SubmitToolResultsRequest) (*chatdv1.SubmitToolResultsResponse, error) {
+	return s.submitToolResults(ctx, req, func(_ context.Context, _ *chatstate.Tx, apply func() ([]queries.ChatMessage, error)) error {
+		_, err := apply()
+		return err
+	})
+}
+
+// submitToolResults checks the results, runs post_tool_use, and runs
+// inBundle in the bundle; apply applies CompleteRequiresAction and returns
+// the messages it inserted (the results' first).
+func (s *Server) submitToolResults(ctx context.Context, req *chatdv1.SubmitToolResultsRequest,
+	inBundle func(ctx context.Context, tx *chatstate.Tx, apply func() ([]queries.ChatMessage, error)) error,
+) (*chatdv1.SubmitToolResultsResponse, error) {
 	if len(req.GetResults()) == 0 {
 		return nil, invalid("results must answer every pending tool call")
 	}
@@ -78,8 +91,7 @@ func (s *Server) SubmitToolResults(ctx context.Context, req *chatdv1.SubmitToolR
 		return nil, err
 	}
 	chat, err := s.chatAction(ctx, req.GetChatId(), func(_ auth.Claims, tx *chatstate.Tx) error {
-		_, err := tx.CompleteRequiresAction(ctx, results, effects)
-		return err
+		return inBundle(ctx, tx, func() ([]queries.ChatMessage, error) { return tx.CompleteRequiresAction(ctx, results, effects) })
 	})
 	if err != nil {
 		return nil, err

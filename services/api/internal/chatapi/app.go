@@ -21,6 +21,7 @@ import (
 	"github.com/chatd/chatd/pkg/hooks"
 	"github.com/chatd/chatd/pkg/modelconfig"
 	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/pkg/relayclient"
 	"github.com/chatd/chatd/pkg/secrets"
 	"github.com/chatd/chatd/pkg/service"
 	"github.com/chatd/chatd/services/api/internal/openaiapi"
@@ -40,7 +41,12 @@ type AppConfig struct {
 	// DBMeter, when set, exports the pool's statistics.
 	DBMeter metric.MeterProvider
 	NATSURL string
-	Auth    auth.Config
+	// RelayAddr is the relay service's gRPC address, whose live parts the
+	// /v1 streams show token by token ("" for none), dialed with
+	// RelayDialOptions (insecure by default).
+	RelayAddr        string
+	RelayDialOptions []grpc.DialOption
+	Auth             auth.Config
 	// RequiresActionTimeout is the dynamic-tool deadline (5m by default).
 	RequiresActionTimeout time.Duration
 	GRPCAddr, HTTPAddr    string
@@ -106,6 +112,11 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 	// Background title generation stops before the pool closes.
 	defer srv.Close()
 	maxBody := int64(srv.cfg.MaxMessageBytes)*2 + 64<<10 // JSON escaping and the other fields
+	var relay *relayclient.Client
+	if cfg.RelayAddr != "" {
+		relay = relayclient.New(cfg.RelayAddr, cfg.RelayDialOptions...)
+		defer relay.Close()
+	}
 	return service.Run(ctx, service.Options{
 		Name:            "api",
 		GRPCAddr:        cfg.GRPCAddr,
@@ -128,7 +139,8 @@ func Serve(ctx context.Context, cfg AppConfig) error {
 				files.Register(mux)
 				// The OpenAI-compatible surface calls the same ChatService
 				// methods in process with the caller's claims.
-				v1 := &openaiapi.Handler{Chats: srv, Q: queries.New(pool), Verifier: verifier, Limit: srv.limit, Log: log, MaxBody: maxBody, Stopping: ctx.Done()}
+				v1 := &openaiapi.Handler{Chats: srv, Q: queries.New(pool), Verifier: verifier, Limit: srv.limit, Log: log, MaxBody: maxBody, Stopping: ctx.Done(),
+					Notify: nc, Relay: relay}
 				v1.Register(mux)
 			}
 			chatdv1.RegisterChatServiceServer(s, srv)

@@ -14,6 +14,7 @@ import (
 	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/services/api/internal/turnwrite"
 )
 
 // Title rules.
@@ -28,6 +29,13 @@ const (
 
 // CreateChat applies Create: N → R0, or N → W when content is empty.
 func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest) (*chatdv1.CreateChatResponse, error) {
+	return s.CreateChatWith(ctx, req, turnwrite.Options{})
+}
+
+// CreateChatWith is CreateChat with opts' write in the creating
+// transaction (its Turn names the prompt, or no message for an empty
+// chat). The chat's client tools are req's; opts' tools are not used.
+func (s *Server) CreateChatWith(ctx context.Context, req *chatdv1.CreateChatRequest, opts turnwrite.Options) (*chatdv1.CreateChatResponse, error) {
 	c, err := s.caller(ctx)
 	if err != nil {
 		return nil, err
@@ -120,10 +128,21 @@ func (s *Server) CreateChat(ctx context.Context, req *chatdv1.CreateChatRequest)
 			return err
 		}
 		resp = &chatdv1.CreateChatResponse{Chat: chat}
-		if requestID == "" {
+		if requestID != "" {
+			if err := recordRequest(ctx, tx.Queries(), c, kindCreateChat, requestID, p.ID, hash, resp); err != nil {
+				return err
+			}
+		}
+		if opts.Record == nil {
 			return nil
 		}
-		return recordRequest(ctx, tx.Queries(), c, kindCreateChat, requestID, p.ID, hash, resp)
+		turn := turnwrite.Turn{ChatID: p.ID}
+		for _, m := range tx.CreatedMessages() {
+			if m.Role == queries.ChatMessageRoleUser {
+				turn.MessageID = &m.ID
+			}
+		}
+		return opts.Record(turn)(tx.Queries())
 	}
 	if _, err := s.machine.Create(ctx, p); err != nil {
 		if requestID != "" && isDuplicateRequest(err) {

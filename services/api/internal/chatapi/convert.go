@@ -128,14 +128,21 @@ func messageToProto(m queries.ChatMessage) (*chatdv1.Message, error) {
 		out.ModelConfigId = proto.String(m.ModelConfigID.String())
 	}
 	if len(m.Usage) > 0 {
+		// The stored usage also holds the model call's runtime; a reply
+		// cut short by an interrupt has the runtime only, its tokens
+		// unknown.
 		var u struct {
-			PromptTokens int64 `json:"prompt_tokens"`
-			OutputTokens int64 `json:"output_tokens"`
+			PromptTokens *int64 `json:"prompt_tokens"`
+			OutputTokens int64  `json:"output_tokens"`
+			RuntimeMS    *int64 `json:"runtime_ms"`
 		}
 		if err := json.Unmarshal(m.Usage, &u); err != nil {
 			return nil, fmt.Errorf("message %d usage: %w", m.ID, err)
 		}
-		out.Usage = &chatdv1.Usage{PromptTokens: u.PromptTokens, OutputTokens: u.OutputTokens}
+		if u.PromptTokens != nil {
+			out.Usage = &chatdv1.Usage{PromptTokens: *u.PromptTokens, OutputTokens: u.OutputTokens}
+		}
+		out.RuntimeMs = u.RuntimeMS
 	}
 	return out, nil
 }

@@ -1,15 +1,12 @@
 package chatapi_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +23,7 @@ import (
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/natstest"
 	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/services/api/internal/apitest"
 	"github.com/chatd/chatd/services/api/internal/chatapi"
 )
 
@@ -110,7 +108,8 @@ func (a *fixture) newUser() user {
 	return u
 }
 
-// response is an HTTP answer with its JSON body decoded.
+// response is an HTTP answer with its JSON body decoded (apitest.Reply
+// under this package's short names).
 type response struct {
 	code   int
 	body   map[string]any
@@ -119,49 +118,14 @@ type response struct {
 }
 
 func (r response) str(path ...string) string {
-	var v any = r.body
-	for _, p := range path {
-		m, ok := v.(map[string]any)
-		if !ok {
-			return ""
-		}
-		v = m[p]
-	}
-	s, _ := v.(string)
-	return s
+	return apitest.Reply{Body: r.body}.Str(path...)
 }
 
 // call sends a request as u (no Authorization header when token is "").
 func (a *fixture) call(method, path, token string, body any) response {
 	a.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		raw, err := json.Marshal(b)
-		require.NoError(a.t, err)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, a.base+path, rd)
-	require.NoError(a.t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(a.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(a.t, err)
-	r := response{code: resp.StatusCode, raw: raw, header: resp.Header}
-	if len(raw) > 0 {
-		require.NoError(a.t, json.Unmarshal(raw, &r.body), "body %s", raw)
-	}
-	return r
+	r := apitest.Call(a.t, a.base, method, path, token, body)
+	return response{code: r.Code, body: r.Body, raw: r.Raw, header: r.Header}
 }
 
 func textContent(s string) []map[string]any {

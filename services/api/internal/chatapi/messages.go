@@ -16,6 +16,7 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
+	"github.com/chatd/chatd/services/api/internal/turnwrite"
 )
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
@@ -48,6 +49,7 @@ func (s *Server) ListMessages(ctx context.Context, req *chatdv1.ListMessagesRequ
 	var msgs []queries.ChatMessage
 	var queue []queries.ChatQueuedMessage
 	var bounds queries.ChatMessageVisibleBoundsRow
+	var underWay []queries.ChatToolCallsUnderWayRow
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		q := queries.New(tx)
 		var err error
@@ -66,6 +68,13 @@ func (s *Server) ListMessages(ctx context.Context, req *chatdv1.ListMessagesRequ
 		if queue, err = q.ChatQueuedMessageList(ctx, chat.ID); err != nil {
 			return fmt.Errorf("queue: %w", err)
 		}
+		if chat.Status == chatstate.StatusRunning || chat.Status == chatstate.StatusInterrupting {
+			// Which calls run and since when (tool_runs.go); the query
+			// finds none once the chat stopped running.
+			if underWay, err = q.ChatToolCallsUnderWay(ctx, chat.ID); err != nil {
+				return fmt.Errorf("tool calls under way: %w", err)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -83,6 +92,13 @@ func (s *Server) ListMessages(ctx context.Context, req *chatdv1.ListMessagesRequ
 	if resp.Messages, err = messagesToProto(msgs); err != nil {
 		return nil, s.fail(ctx, err)
 	}
+	if len(underWay) > 0 {
+		dynamic, err := chatstate.DynamicToolNames(chat.DynamicTools)
+		if err != nil {
+			return nil, s.fail(ctx, err)
+		}
+		markCallsUnderWay(resp.Messages, callsUnderWay(underWay, dynamic))
+	}
 	if resp.QueuedMessages, err = queuedListToProto(queue); err != nil {
 		return nil, s.fail(ctx, err)
 	}
@@ -97,6 +113,13 @@ var busyStates = map[chatstate.State]bool{
 
 // SendMessage applies SendMessage(m, busy_behavior).
 func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageRequest) (*chatdv1.SendMessageResponse, error) {
+	return s.SendMessageWith(ctx, req, turnwrite.Options{})
+}
+
+// SendMessageWith is SendMessage with opts in its bundle: the chat's
+// client tools replaced before the message is sent, and opts' record
+// written with the COMMIT.
+func (s *Server) SendMessageWith(ctx context.Context, req *chatdv1.SendMessageRequest, opts turnwrite.Options) (*chatdv1.SendMessageResponse, error) {
 	timeline.Mark("api.send")
 	c, err := s.caller(ctx)
 	if err != nil {
@@ -142,6 +165,10 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 	if err != nil {
 		return nil, err
 	}
+	tools, err := replacementTools(opts)
+	if err != nil {
+		return nil, err
+	}
 	admit := func(tx *chatstate.Tx) error {
 		if err := tx.CheckSend(chatstate.BusyBehavior(behavior)); err != nil {
 			return err
@@ -158,7 +185,7 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 	}
 	var resp *chatdv1.SendMessageResponse
 	var title *titleJob // the first prompt of a chat created empty (titles.go)
-	opts := []chatstate.BundleOption{
+	bundleOpts := []chatstate.BundleOption{
 		chatstate.WithOpenToolCalls(), // a user message answers open calls first
 		chatstate.WithMessageID(),     // ... and goes with the COMMIT when it starts a turn
 	}
@@ -168,7 +195,7 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 		// duplicate: in the bundle's opening round trip.
 		var opt chatstate.BundleOption
 		opt, prior = priorRequestWithLock(ctx, c, kindSendMessage, requestID, hash)
-		opts = append(opts, opt)
+		bundleOpts = append(bundleOpts, opt)
 	}
 	_, err = s.update(ctx, c, req.GetChatId(), func(tx *chatstate.Tx) error {
 		if prior != nil {
@@ -177,6 +204,9 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 			}
 		}
 		if err := s.checkQueueRoom(tx); err != nil {
+			return err
+		}
+		if err := replaceTools(ctx, tx, tools, busyStates[tx.State()]); err != nil {
 			return err
 		}
 		linked, err := s.linkFiles(ctx, tx, msg.Content)
@@ -194,11 +224,12 @@ func (s *Server) SendMessage(ctx context.Context, req *chatdv1.SendMessageReques
 		if resp, err = sendResponse(res); err != nil {
 			return err
 		}
+		recordTurn(tx, opts, sentTurn(tx, res))
 		if requestID == "" {
 			return nil
 		}
 		return recordRequestAtCommit(ctx, tx, c, kindSendMessage, requestID, hash, resp)
-	}, opts...)
+	}, bundleOpts...)
 	var stored chatdv1.SendMessageResponse
 	if ok, derr := replay(err, &stored); ok {
 		if derr != nil {

@@ -4,10 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
-	"slices"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
@@ -16,6 +13,7 @@ import (
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/services/api/internal/turnwrite"
 )
 
 // conversationObject is OpenAI's Conversation: a chat.
@@ -25,26 +23,6 @@ type conversationObject struct {
 	CreatedAt int64             `json:"created_at"`
 	Metadata  map[string]string `json:"metadata"`
 }
-
-// item is a conversation or input item: a message with its text parts.
-type item struct {
-	ID      string           `json:"id"`
-	Type    string           `json:"type"`
-	Role    string           `json:"role"`
-	Status  string           `json:"status"`
-	Content []map[string]any `json:"content"`
-}
-
-type itemList struct {
-	Object  string  `json:"object"`
-	Data    []item  `json:"data"`
-	FirstID *string `json:"first_id"`
-	LastID  *string `json:"last_id"`
-	HasMore bool    `json:"has_more"`
-}
-
-// maxItemsRead bounds the messages one items listing reads.
-const maxItemsRead = 1000
 
 func (h *Handler) createConversation(w http.ResponseWriter, r *http.Request, c auth.Claims) {
 	var req struct {
@@ -56,16 +34,10 @@ func (h *Handler) createConversation(w http.ResponseWriter, r *http.Request, c a
 		return
 	}
 	if len(req.Items) > 0 {
-		h.fail(w, r, badRequest("items", "Creating a conversation with items is not supported yet; send them as the input of its first response."))
+		h.fail(w, r, itemsRefused("items"))
 		return
 	}
-	if err := (&createRequest{Metadata: req.Metadata}).validate(); err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	ctx := r.Context()
-	created, err := h.Chats.CreateChat(ctx, &chatdv1.CreateChatRequest{})
-	if err != nil {
+	if err := validMetadata(req.Metadata); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -73,8 +45,46 @@ func (h *Handler) createConversation(w http.ResponseWriter, r *http.Request, c a
 	if len(req.Metadata) > 0 {
 		meta, _ = json.Marshal(req.Metadata)
 	}
-	chat := created.GetChat()
-	if err := h.Q.OpenAIConversationInsert(ctx, queries.OpenAIConversationInsertParams{ChatID: chatUUID(chat.GetId()), Metadata: meta}); err != nil {
+	// The metadata row commits with the chat: a conversation never
+	// exists without the metadata it was created with.
+	record := func(t turnwrite.Turn) func(*queries.Queries) error {
+		return func(q *queries.Queries) error {
+			return q.OpenAIConversationInsert(r.Context(), queries.OpenAIConversationInsertParams{ChatID: t.ChatID, Metadata: meta})
+		}
+	}
+	created, err := h.Chats.CreateChatWith(r.Context(), &chatdv1.CreateChatRequest{}, turnwrite.Options{Record: record})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	h.writeConversation(w, r, created.GetChat())
+}
+
+// updateConversation replaces the conversation's metadata (OpenAI's
+// update takes only metadata).
+func (h *Handler) updateConversation(w http.ResponseWriter, r *http.Request, _ auth.Claims) {
+	var req struct {
+		Metadata map[string]string `json:"metadata"`
+	}
+	if err := decodeBody(r, &req); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if req.Metadata == nil {
+		h.fail(w, r, badRequest("metadata", "metadata is required: the conversation's new metadata (an object of strings)."))
+		return
+	}
+	if err := validMetadata(req.Metadata); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	chat, err := h.conversation(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	meta, _ := json.Marshal(req.Metadata)
+	if err := h.Q.OpenAIConversationSetMetadata(r.Context(), queries.OpenAIConversationSetMetadataParams{ChatID: chatUUID(chat.GetId()), Metadata: meta}); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -134,91 +144,4 @@ func (h *Handler) deleteConversation(w http.ResponseWriter, r *http.Request, _ a
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"id": r.PathValue("id"), "object": "conversation.deleted", "deleted": true})
-}
-
-func (h *Handler) listConversationItems(w http.ResponseWriter, r *http.Request, _ auth.Claims) {
-	ctx := r.Context()
-	chat, err := h.conversation(ctx, r.PathValue("id"))
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	after := int64(0)
-	page, err := h.Chats.ListMessages(ctx, &chatdv1.ListMessagesRequest{ChatId: chat.GetId(), After: &after, PageSize: maxItemsRead})
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	var items []item
-	for _, m := range page.GetMessages() {
-		items = append(items, messageItems(m)...)
-	}
-	list, err := pageItems(r, items)
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, list)
-}
-
-// messageItems are a user or assistant message's text parts as items.
-func messageItems(m *chatdv1.Message) []item {
-	partType := map[string]string{"user": "input_text", "assistant": "output_text"}[m.GetRole()]
-	if partType == "" {
-		return nil
-	}
-	it := item{ID: fmt.Sprintf("msg_%d", m.GetId()), Type: "message", Role: m.GetRole(), Status: "completed", Content: []map[string]any{}}
-	for _, p := range m.GetContent() {
-		if p.GetType() != "text" {
-			continue
-		}
-		part := map[string]any{"type": partType, "text": p.GetText()}
-		if partType == "output_text" {
-			part["annotations"] = []any{}
-		}
-		it.Content = append(it.Content, part)
-	}
-	if len(it.Content) == 0 {
-		return nil
-	}
-	return []item{it}
-}
-
-// pageItems applies ?order= (asc or desc, the default), ?after=<item id>
-// and ?limit= (1 to 100, 20 by default) to items in stored order.
-func pageItems(r *http.Request, items []item) (itemList, error) {
-	q := r.URL.Query()
-	switch q.Get("order") {
-	case "", "desc":
-		slices.Reverse(items)
-	case "asc":
-	default:
-		return itemList{}, badRequest("order", "order must be asc or desc.")
-	}
-	limit := 20
-	if raw := q.Get("limit"); raw != "" {
-		n, err := strconv.Atoi(raw)
-		if err != nil || n < 1 || n > 100 {
-			return itemList{}, badRequest("limit", "limit must be a whole number from 1 to 100.")
-		}
-		limit = n
-	}
-	if after := q.Get("after"); after != "" {
-		i := slices.IndexFunc(items, func(it item) bool { return it.ID == after })
-		if i < 0 {
-			return itemList{}, badRequest("after", "after must be the id of an item of this list; %s is not.", quote(after))
-		}
-		items = items[i+1:]
-	}
-	list := itemList{Object: "list", Data: items}
-	if len(items) > limit {
-		list.Data, list.HasMore = items[:limit], true
-	}
-	if list.Data == nil {
-		list.Data = []item{}
-	}
-	if n := len(list.Data); n > 0 {
-		list.FirstID, list.LastID = &list.Data[0].ID, &list.Data[n-1].ID
-	}
-	return list, nil
 }

@@ -2,7 +2,6 @@ package openaiapi_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -14,11 +13,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/auth"
+	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/db/dbpool"
 	"github.com/chatd/chatd/pkg/db/dbtest"
+	"github.com/chatd/chatd/pkg/httperror/httperrortest"
 	"github.com/chatd/chatd/pkg/natstest"
+	"github.com/chatd/chatd/pkg/notify"
+	"github.com/chatd/chatd/services/api/internal/apitest"
 	"github.com/chatd/chatd/services/api/internal/chatapi"
 )
 
@@ -27,11 +32,14 @@ func TestMain(m *testing.M) { dbtest.Main(m) }
 const testSecret = "openai-test-secret-openai-test-secret-01"
 
 // fixture is the api service (no worker): real Postgres, in-process NATS,
-// the real HTTP listener.
+// the real HTTP listener, and the worker's side of the state machine for
+// the transitions only a worker applies.
 type fixture struct {
-	t      *testing.T
-	base   string
-	signer *auth.Signer
+	t       *testing.T
+	base    string
+	signer  *auth.Signer
+	pool    *pgxpool.Pool
+	machine *chatstate.Machine
 }
 
 func setup(t *testing.T, opts ...func(*chatapi.AppConfig)) *fixture {
@@ -40,8 +48,9 @@ func setup(t *testing.T, opts ...func(*chatapi.AppConfig)) *fixture {
 	require.NoError(t, err)
 	hlis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	dbURL, natsURL := dbtest.NewDatabase(t), natstest.URL(t)
 	cfg := chatapi.AppConfig{
-		DatabaseURL: dbtest.NewDatabase(t), NATSURL: natstest.URL(t), DBTracer: dbtest.Guard(t),
+		DatabaseURL: dbURL, NATSURL: natsURL, DBTracer: dbtest.Guard(t),
 		Auth: auth.Config{Secret: []byte(testSecret)}, GRPCListener: glis, HTTPListener: hlis,
 		ShutdownTimeout: 5 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -62,7 +71,9 @@ func setup(t *testing.T, opts ...func(*chatapi.AppConfig)) *fixture {
 	})
 	signer, err := auth.NewSigner([]byte(testSecret))
 	require.NoError(t, err)
-	s := &fixture{t: t, base: "http://" + hlis.Addr().String(), signer: signer}
+	pool := dbtest.NewPoolOn(t, dbURL, dbpool.Options{MaxConns: 8})
+	s := &fixture{t: t, base: "http://" + hlis.Addr().String(), signer: signer, pool: pool,
+		machine: chatstate.New(pool, chatstate.Config{AfterCommit: notify.NewPublisher(natstest.Connect(t, natsURL), nil).AfterCommit})}
 	require.Eventually(t, func() bool {
 		resp, err := http.Get(s.base + "/healthz")
 		if err != nil {
@@ -74,6 +85,14 @@ func setup(t *testing.T, opts ...func(*chatapi.AppConfig)) *fixture {
 	return s
 }
 
+// worker applies transitions to a chat as a worker would.
+func (s *fixture) worker(chatID uuid.UUID, fn func(ctx context.Context, tx *chatstate.Tx) error) {
+	s.t.Helper()
+	ctx := context.Background()
+	_, err := s.machine.Update(ctx, chatID, func(tx *chatstate.Tx) error { return fn(ctx, tx) })
+	require.NoError(s.t, err)
+}
+
 // token is a new user's bearer token in a new organization.
 func (s *fixture) token() string {
 	tok, err := s.signer.Sign(auth.Claims{UserID: uuid.New(), OrganizationID: uuid.New()}, time.Hour)
@@ -81,47 +100,9 @@ func (s *fixture) token() string {
 	return tok
 }
 
-type reply struct {
-	code   int
-	header http.Header
-	raw    []byte
-	body   map[string]any
-}
-
-// errorField reads error.<name> of an OpenAI error body.
-func (r reply) errorField(name string) any {
-	e, _ := r.body["error"].(map[string]any)
-	return e[name]
-}
-
-func (s *fixture) do(method, path, token string, body any) reply {
+func (s *fixture) do(method, path, token string, body any) apitest.Reply {
 	s.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	default:
-		raw, err := json.Marshal(b)
-		require.NoError(s.t, err)
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, s.base+path, rd)
-	require.NoError(s.t, err)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(s.t, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(s.t, err)
-	r := reply{code: resp.StatusCode, header: resp.Header, raw: raw}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
-		require.NoError(s.t, json.Unmarshal(raw, &r.body), "%s", raw)
-	}
-	return r
+	return apitest.Call(s.t, s.base, method, path, token, body)
 }
 
 // sseEvent is one decoded server-sent event.
@@ -154,4 +135,17 @@ func readEvents(t *testing.T, body io.Reader, n int) []sseEvent {
 		}
 	}
 	return out
+}
+
+// requireOwnWords requires a refusal in OpenAI's error shape, in chatd's
+// own words: no parser's, gRPC's or the database's.
+func requireOwnWords(t *testing.T, r apitest.Reply) {
+	t.Helper()
+	require.Less(t, r.Code, 500, "%s", r.Raw)
+	msg := r.Str("error", "message")
+	require.NotEmpty(t, msg, "%s", r.Raw)
+	require.NotEmpty(t, r.Str("error", "type"), "%s", r.Raw)
+	for _, word := range httperrortest.InternalWords {
+		require.NotContains(t, msg, word, "%s", r.Raw)
+	}
 }

@@ -8,7 +8,8 @@ import (
 )
 
 // listInputItems lists the response's input: the user message that starts
-// its turn (or the queued message that will).
+// its turn (or the queued message that will), or the function_call_output
+// items that continue it.
 func (h *Handler) listInputItems(w http.ResponseWriter, r *http.Request, c auth.Claims) {
 	ctx := r.Context()
 	rec, err := h.record(ctx, c, r.PathValue("id"))
@@ -30,11 +31,11 @@ func (h *Handler) listInputItems(w http.ResponseWriter, r *http.Request, c auth.
 	if t.queued {
 		for _, q := range page.GetQueuedMessages() {
 			if q.GetId() == *rec.QueuedMessageID {
-				items = messageItems(&chatdv1.Message{Id: q.GetId(), Role: "user", Content: q.GetContent()})
+				items = messageItems(&chatdv1.Message{Id: q.GetId(), Role: "user", Content: q.GetContent()}, nil)
 			}
 		}
 	} else if msgs := page.GetMessages(); len(msgs) > 0 && msgs[0].GetId() == *t.rec.MessageID {
-		items = messageItems(msgs[0])
+		items = messageItems(msgs[0], resultNames(msgs[0]))
 	}
 	list, err := pageItems(r, items)
 	if err != nil {
@@ -42,6 +43,18 @@ func (h *Handler) listInputItems(w http.ResponseWriter, r *http.Request, c auth.
 		return
 	}
 	writeJSON(w, http.StatusOK, list)
+}
+
+// resultNames are the tools of a message's tool results: a response that
+// starts with the results of its function calls has them as input.
+func resultNames(m *chatdv1.Message) map[string]bool {
+	names := map[string]bool{}
+	for _, p := range m.GetContent() {
+		if p.GetType() == "tool-result" {
+			names[p.GetToolName()] = true
+		}
+	}
+	return names
 }
 
 // beforeID is the ListMessages cursor whose first message is the turn's

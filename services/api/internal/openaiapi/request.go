@@ -100,27 +100,13 @@ func jsonKind(kind string) string {
 // validate checks what does not depend on stored state.
 func (req *createRequest) validate() error {
 	if req.Store != nil && !*req.Store {
-		return badRequest("store", "store=false is not supported: chatd keeps every response (a response is a turn of a stored chat).")
-	}
-	if len(req.Tools) > 0 {
-		return badRequest("tools", "%s", toolsMessage(req.Tools))
-	}
-	if len(req.ToolChoice) > 0 && string(req.ToolChoice) != `"none"` && string(req.ToolChoice) != `"auto"` && string(req.ToolChoice) != "null" {
-		return badRequest("tool_choice", "tool_choice can only be \"auto\" or \"none\" until function tools are supported.")
+		return badRequest("store", "store=false is not supported: a response is a turn of a stored chat, and that storage is what lets it outlive the client and the worker. Delete it when you are done (DELETE /v1/responses/{id}, DELETE /v1/conversations/{id}).")
 	}
 	if req.PreviousResponseID != nil && len(req.Conversation) > 0 && string(req.Conversation) != "null" {
 		return badRequest("conversation", "Give previous_response_id or conversation, not both.")
 	}
-	if len(req.Metadata) > maxMetadataPairs {
-		return badRequest("metadata", "metadata has %d pairs; at most %d are allowed.", len(req.Metadata), maxMetadataPairs)
-	}
-	for k, v := range req.Metadata {
-		if k == "" || len(k) > maxMetadataKeyLen || strings.ContainsRune(k, 0) {
-			return badRequest("metadata", "A metadata key must be 1 to %d characters without NUL bytes.", maxMetadataKeyLen)
-		}
-		if len(v) > maxMetadataValueLen || strings.ContainsRune(v, 0) {
-			return badRequest("metadata", "The metadata value of %s is over %d characters or has NUL bytes.", quote(k), maxMetadataValueLen)
-		}
+	if err := validMetadata(req.Metadata); err != nil {
+		return err
 	}
 	if req.Instructions != nil && strings.ContainsRune(*req.Instructions, 0) {
 		return badRequest("instructions", "instructions must not contain NUL bytes.")
@@ -128,25 +114,30 @@ func (req *createRequest) validate() error {
 	return nil
 }
 
-// toolsMessage refuses tools, naming what was asked for.
-func toolsMessage(tools []json.RawMessage) string {
-	for _, raw := range tools {
-		var t struct {
-			Type string `json:"type"`
+// validMetadata checks metadata against OpenAI's bounds.
+func validMetadata(meta map[string]string) error {
+	if len(meta) > maxMetadataPairs {
+		return badRequest("metadata", "metadata has %d pairs; at most %d are allowed.", len(meta), maxMetadataPairs)
+	}
+	for k, v := range meta {
+		if k == "" || len(k) > maxMetadataKeyLen || strings.ContainsRune(k, 0) {
+			return badRequest("metadata", "A metadata key must be 1 to %d characters without NUL bytes.", maxMetadataKeyLen)
 		}
-		_ = json.Unmarshal(raw, &t)
-		if t.Type != "function" {
-			return fmt.Sprintf("The tool type %s is not supported: chatd runs no OpenAI built-in tools (web search, file search, computer use, code interpreter, …).", quote(t.Type))
+		if len(v) > maxMetadataValueLen || strings.ContainsRune(v, 0) {
+			return badRequest("metadata", "The metadata value of %s is over %d characters or has NUL bytes.", quote(k), maxMetadataValueLen)
 		}
 	}
-	return "Function tools are not supported yet by chatd's OpenAI-compatible API."
+	return nil
 }
 
-// inputItem is one item of input when it is a list.
+// inputItem is one item of input when it is a list: a message, or a
+// function_call_output.
 type inputItem struct {
 	Type    string          `json:"type"`
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	CallID  *string         `json:"call_id"`
+	Output  json.RawMessage `json:"output"`
 }
 
 type contentPart struct {
@@ -154,49 +145,121 @@ type contentPart struct {
 	Text string `json:"text"`
 }
 
-// inputTexts turns input (a string or a list of message items) into the
-// texts of one user message.
-func inputTexts(raw json.RawMessage) ([]string, error) {
+// functionOutput is a function_call_output item: the result of one
+// function call.
+type functionOutput struct {
+	CallID string
+	Output string
+}
+
+// input is a request's input: the texts of one user message, or the
+// outputs of the function calls the previous response ended with.
+type input struct {
+	texts   []string
+	outputs []functionOutput
+}
+
+// maxCallIDLen bounds a function_call_output's call_id.
+const maxCallIDLen = 256
+
+// parseInput reads input: a string, or a list of user message items, or a
+// list of function_call_output items.
+func parseInput(raw json.RawMessage) (input, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return nil, badRequest("input", "input is required: a string or a list of message items.")
+		return input{}, badRequest("input", "input is required: a string or a list of message items.")
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		return checkTexts("input", []string{s})
+		texts, err := checkTexts("input", []string{s})
+		return input{texts: texts}, err
 	}
 	var items []inputItem
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, badRequest("input", "input must be a string or a list of message items.")
+		return input{}, badRequest("input", "input must be a string or a list of message or function_call_output items.")
 	}
 	if len(items) == 0 {
-		return nil, badRequest("input", "input must not be an empty list.")
+		return input{}, badRequest("input", "input must not be an empty list.")
 	}
-	var texts []string
+	var in input
 	for i, it := range items {
 		param := fmt.Sprintf("input[%d]", i)
-		if it.Type != "" && it.Type != "message" {
-			return nil, badRequest(param, "The input item type %s is not supported yet; send message items with role \"user\".", quote(it.Type))
-		}
-		if it.Role != "user" {
-			return nil, badRequest(param+".role", "Only user messages are accepted as input (got role %s); put a system or developer prompt in instructions.", quote(it.Role))
-		}
-		var s string
-		if err := json.Unmarshal(it.Content, &s); err == nil {
-			texts = append(texts, s)
-			continue
-		}
-		var parts []contentPart
-		if err := json.Unmarshal(it.Content, &parts); err != nil || len(parts) == 0 {
-			return nil, badRequest(param+".content", "A message's content must be a string or a non-empty list of input_text parts.")
-		}
-		for j, p := range parts {
-			if p.Type != "input_text" {
-				return nil, badRequest(fmt.Sprintf("%s.content[%d]", param, j), "The content type %s is not supported yet; use input_text.", quote(p.Type))
+		switch it.Type {
+		case "", "message":
+			texts, err := messageTexts(param, it)
+			if err != nil {
+				return input{}, err
 			}
-			texts = append(texts, p.Text)
+			in.texts = append(in.texts, texts...)
+		case "function_call_output":
+			out, err := parseFunctionOutput(param, it)
+			if err != nil {
+				return input{}, err
+			}
+			in.outputs = append(in.outputs, out)
+		case "function_call", "reasoning", "item_reference":
+			return input{}, badRequest(param+".type", "The input item type %s is not accepted: chatd keeps the conversation's history itself, so continue it with previous_response_id (or conversation) and send only the new items.", quote(it.Type))
+		default:
+			return input{}, badRequest(param+".type", "The input item type %s is not supported; send message items with role \"user\", or function_call_output items.", quote(it.Type))
+		}
+		if len(in.texts) > 0 && len(in.outputs) > 0 {
+			return input{}, badRequest(param, "Send function_call_output items on their own: they continue the previous response's turn; a message starts the next turn, so send it in a response of its own.")
 		}
 	}
-	return checkTexts("input", texts)
+	if len(in.outputs) > 0 {
+		return in, nil
+	}
+	texts, err := checkTexts("input", in.texts)
+	return input{texts: texts}, err
+}
+
+// messageTexts reads a message item's texts.
+func messageTexts(param string, it inputItem) ([]string, error) {
+	if it.Role != "user" {
+		return nil, badRequest(param+".role", "Only user messages are accepted as input (got role %s); put a system or developer prompt in instructions.", quote(it.Role))
+	}
+	var s string
+	if err := json.Unmarshal(it.Content, &s); err == nil {
+		return []string{s}, nil
+	}
+	var parts []contentPart
+	if err := json.Unmarshal(it.Content, &parts); err != nil || len(parts) == 0 {
+		return nil, badRequest(param+".content", "A message's content must be a string or a non-empty list of input_text parts.")
+	}
+	texts := make([]string, 0, len(parts))
+	for j, p := range parts {
+		if p.Type != "input_text" {
+			return nil, badRequest(fmt.Sprintf("%s.content[%d]", param, j), "The content type %s is not supported yet; use input_text.", quote(p.Type))
+		}
+		texts = append(texts, p.Text)
+	}
+	return texts, nil
+}
+
+// parseFunctionOutput reads a function_call_output item: a call_id and an
+// output string (or a list of input_text parts, joined).
+func parseFunctionOutput(param string, it inputItem) (functionOutput, error) {
+	if it.CallID == nil || *it.CallID == "" || len(*it.CallID) > maxCallIDLen || strings.ContainsRune(*it.CallID, 0) {
+		return functionOutput{}, badRequest(param+".call_id", "A function_call_output needs the call_id of the function call it answers (1 to %d characters).", maxCallIDLen)
+	}
+	out := functionOutput{CallID: *it.CallID}
+	if err := json.Unmarshal(it.Output, &out.Output); err != nil || len(it.Output) == 0 {
+		var parts []contentPart
+		if err := json.Unmarshal(it.Output, &parts); err != nil || len(parts) == 0 {
+			return functionOutput{}, badRequest(param+".output", "A function_call_output's output must be a string or a non-empty list of input_text parts.")
+		}
+		var b strings.Builder
+		for j, p := range parts {
+			if p.Type != "input_text" {
+				return functionOutput{}, badRequest(fmt.Sprintf("%s.output[%d]", param, j), "The output content type %s is not supported; use input_text.", quote(p.Type))
+			}
+			b.WriteString(p.Text)
+		}
+		out.Output = b.String()
+	}
+	if strings.ContainsRune(out.Output, 0) {
+		return functionOutput{}, badRequest(param+".output", "A function_call_output's output must not contain NUL bytes.")
+	}
+	return out, nil
 }
 
 func checkTexts(param string, texts []string) ([]string, error) {

@@ -3,16 +3,20 @@ package openaiapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/chatd/chatd/pkg/auth"
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/services/api/internal/turnwrite"
 )
 
 // maxBlockingWait bounds a create without background or stream: past it
@@ -50,15 +54,21 @@ func (h *Handler) createResponse(w http.ResponseWriter, r *http.Request, c auth.
 	}
 }
 
-// startTurn checks the request, sends its input as a user message (to a
-// new chat, the conversation's chat or the previous response's chat) and
-// records the response. With an Idempotency-Key, a repeated request finds
-// the first one's turn (ChatService's request_id) and answers its record.
+// startTurn checks the request and starts its turn — sending its input as
+// a user message to a new chat, the conversation's chat or the previous
+// response's chat, or submitting its function_call_output items to the
+// turn that waits for them — with the response's record written in the
+// same bundle. With an Idempotency-Key, a repeated request finds the first
+// one's turn and answers its record.
 func (h *Handler) startTurn(ctx context.Context, c auth.Claims, req *createRequest, key *string) (queries.OpenaiResponse, error) {
 	if err := req.validate(); err != nil {
 		return queries.OpenaiResponse{}, err
 	}
-	texts, err := inputTexts(req.Input)
+	in, err := parseInput(req.Input)
+	if err != nil {
+		return queries.OpenaiResponse{}, err
+	}
+	tools, err := parseTools(req.Tools, req.ToolChoice)
 	if err != nil {
 		return queries.OpenaiResponse{}, err
 	}
@@ -66,122 +76,173 @@ func (h *Handler) startTurn(ctx context.Context, c auth.Claims, req *createReque
 	if err != nil {
 		return queries.OpenaiResponse{}, err
 	}
-	content := make([]*chatdv1.MessagePart, len(texts))
-	for i, t := range texts {
-		content[i] = &chatdv1.MessagePart{Type: "text", Text: &t}
-	}
-	ins := queries.OpenAIResponseInsertParams{
+	rec := &record{ins: queries.OpenAIResponseInsertParams{
 		ID: uuid.New(), OrganizationID: c.OrganizationID, OwnerID: c.UserID,
 		Model: m.ID, Instructions: req.Instructions, Background: req.Background, Metadata: []byte("{}"),
-	}
+		ToolChoice: tools.choice, IdempotencyKey: key,
+	}}
+	rec.ins.Tools, _ = json.Marshal(tools.declared)
 	if len(req.Metadata) > 0 {
-		ins.Metadata, _ = json.Marshal(req.Metadata)
+		rec.ins.Metadata, _ = json.Marshal(req.Metadata)
 	}
-	chatID, err := h.continuedChat(ctx, c, req, &ins)
+	chat, err := h.continuedChat(ctx, c, req, &rec.ins)
 	if err != nil {
 		return queries.OpenaiResponse{}, err
 	}
-	if chatID == "" {
-		chatID, err = h.newChat(ctx, req, m, content, key, &ins)
-	} else {
-		err = h.send(ctx, chatID, m, content, key, &ins)
+	opts := turnwrite.Options{ReplaceTools: true, DynamicTools: tools.offered, Record: rec.write(ctx)}
+	switch {
+	case len(in.outputs) > 0:
+		return h.continueTurn(ctx, c, chat, in.outputs, key, opts, rec)
+	case chat == nil:
+		return h.newChat(ctx, req, m, in.texts, key, opts, rec)
 	}
-	if err != nil {
-		return queries.OpenaiResponse{}, keyWords(err)
+	if chat.GetStatus() == "requires_action" {
+		return queries.OpenaiResponse{}, badRequest("input",
+			"The previous response ended with function calls that wait for their output: send a function_call_output item for each of them (by its call_id) before a new message.")
 	}
-	ins.ChatID = chatUUID(chatID)
-	return h.storeResponse(ctx, ins, key != nil)
+	return h.send(ctx, chat.GetId(), m, in.texts, key, opts, rec)
+}
+
+// record is a response's row: written in its turn's bundle (write), or,
+// for a request repeated with its Idempotency-Key, found (the repeat runs
+// no bundle).
+type record struct {
+	ins     queries.OpenAIResponseInsertParams
+	row     queries.OpenaiResponse
+	written bool
+}
+
+// write is the turnwrite.Options.Record of the response: the row's insert
+// with the turn's chat and message.
+func (r *record) write(ctx context.Context) func(turnwrite.Turn) func(*queries.Queries) error {
+	return func(t turnwrite.Turn) func(*queries.Queries) error {
+		r.ins.ChatID, r.ins.MessageID, r.ins.QueuedMessageID = t.ChatID, t.MessageID, t.QueuedMessageID
+		return func(q *queries.Queries) error {
+			var err error
+			r.row, err = q.OpenAIResponseInsert(ctx, r.ins)
+			r.written = err == nil
+			return err
+		}
+	}
 }
 
 // continuedChat is the chat previous_response_id or conversation names
-// ("" for neither).
-func (h *Handler) continuedChat(ctx context.Context, c auth.Claims, req *createRequest, ins *queries.OpenAIResponseInsertParams) (string, error) {
+// (nil for neither).
+func (h *Handler) continuedChat(ctx context.Context, c auth.Claims, req *createRequest, ins *queries.OpenAIResponseInsertParams) (*chatdv1.Chat, error) {
 	convID, hasConv, err := conversationID(req.Conversation)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
+	var chatID uuid.UUID
+	var notFoundErr apiError
 	switch {
 	case req.PreviousResponseID != nil:
 		prev, err := h.record(ctx, c, *req.PreviousResponseID)
 		if err != nil {
 			if ae, ok := err.(apiError); ok {
 				ae.Param = "previous_response_id"
-				return "", ae
+				return nil, ae
 			}
-			return "", err
+			return nil, err
 		}
 		if req.Instructions != nil && (prev.Instructions == nil || *prev.Instructions != *req.Instructions) {
-			return "", badRequest("instructions", "instructions are the chat's system prompt, set by its first response; a later response may repeat them but not change them.")
+			return nil, badRequest("instructions", "instructions are the chat's system prompt, set by its first response; a later response may repeat them but not change them.")
 		}
 		ins.PreviousResponseID = &prev.ID
 		ins.Conversation = prev.Conversation
-		return prev.ChatID.String(), nil
+		chatID = prev.ChatID
+		notFoundErr = notFound("response", *req.PreviousResponseID)
+		notFoundErr.Param = "previous_response_id"
 	case hasConv:
 		id, ok := parseID(conversationPrefix, convID)
+		notFoundErr = notFound("conversation", convID)
+		notFoundErr.Param = "conversation"
 		if !ok {
-			e := notFound("conversation", convID)
-			e.Param = "conversation"
-			return "", e
-		}
-		if _, err := h.Chats.GetChat(ctx, &chatdv1.GetChatRequest{ChatId: id.String()}); err != nil {
-			if status.Code(err) == codes.NotFound {
-				e := notFound("conversation", convID)
-				e.Param = "conversation"
-				return "", e
-			}
-			return "", err
+			return nil, notFoundErr
 		}
 		if req.Instructions != nil {
-			return "", badRequest("instructions", "instructions cannot be changed in an existing conversation: they are its chat's system prompt.")
+			return nil, badRequest("instructions", "instructions cannot be changed in an existing conversation: they are its chat's system prompt.")
 		}
 		ins.Conversation = true
-		return id.String(), nil
+		chatID = id
+	default:
+		return nil, nil
 	}
-	return "", nil
+	got, err := h.Chats.GetChat(ctx, &chatdv1.GetChatRequest{ChatId: chatID.String()})
+	if status.Code(err) == codes.NotFound {
+		return nil, notFoundErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return got.GetChat(), nil
 }
 
 // newChat creates the response's chat; its first user message starts the
 // turn.
-func (h *Handler) newChat(ctx context.Context, req *createRequest, m model, content []*chatdv1.MessagePart, key *string, ins *queries.OpenAIResponseInsertParams) (string, error) {
-	created, err := h.Chats.CreateChat(ctx, &chatdv1.CreateChatRequest{
-		Content: content, SystemPrompt: req.Instructions, ModelConfigId: &m.ModelConfigID, RequestId: key,
-	})
+func (h *Handler) newChat(ctx context.Context, req *createRequest, m model, texts []string, key *string, opts turnwrite.Options, rec *record) (queries.OpenaiResponse, error) {
+	created, err := h.Chats.CreateChatWith(ctx, &chatdv1.CreateChatRequest{
+		Content: textParts(texts), SystemPrompt: req.Instructions, ModelConfigId: &m.ModelConfigID, RequestId: key,
+		DynamicTools: opts.DynamicTools,
+	}, opts)
 	if err != nil {
-		return "", err
+		return queries.OpenaiResponse{}, keyWords(err)
 	}
+	if rec.written {
+		return rec.row, nil
+	}
+	// A repeat: the first request's chat and its first user message.
 	chatID := created.GetChat().GetId()
 	after := int64(0)
 	page, err := h.Chats.ListMessages(ctx, &chatdv1.ListMessagesRequest{ChatId: chatID, After: &after, PageSize: 20})
 	if err != nil {
-		return "", err
+		return queries.OpenaiResponse{}, err
 	}
 	for _, msg := range page.GetMessages() {
 		if msg.GetRole() == "user" {
 			id := msg.GetId()
-			ins.MessageID = &id
-			return chatID, nil
+			return h.repeated(ctx, chatID, &id, nil)
 		}
 	}
-	return "", status.Error(codes.Internal, "the new chat has no user message")
+	return queries.OpenaiResponse{}, fmt.Errorf("chat %s of a repeated create has no user message", chatID)
 }
 
 // send adds the input to an existing chat: a new turn, or queued behind
 // the running one (the response is then queued).
-func (h *Handler) send(ctx context.Context, chatID string, m model, content []*chatdv1.MessagePart, key *string, ins *queries.OpenAIResponseInsertParams) error {
-	sent, err := h.Chats.SendMessage(ctx, &chatdv1.SendMessageRequest{
-		ChatId: chatID, Content: content, BusyBehavior: "queue", ModelConfigId: &m.ModelConfigID, RequestId: key,
-	})
+func (h *Handler) send(ctx context.Context, chatID string, m model, texts []string, key *string, opts turnwrite.Options, rec *record) (queries.OpenaiResponse, error) {
+	sent, err := h.Chats.SendMessageWith(ctx, &chatdv1.SendMessageRequest{
+		ChatId: chatID, Content: textParts(texts), BusyBehavior: "queue", ModelConfigId: &m.ModelConfigID, RequestId: key,
+	}, opts)
 	if err != nil {
-		return err
+		return queries.OpenaiResponse{}, keyWords(err)
+	}
+	if rec.written {
+		return rec.row, nil
 	}
 	if sent.GetQueued() {
 		id := sent.GetQueuedMessage().GetId()
-		ins.QueuedMessageID = &id
-		return nil
+		return h.repeated(ctx, chatID, nil, &id)
 	}
 	id := sent.GetMessage().GetId()
-	ins.MessageID = &id
-	return nil
+	return h.repeated(ctx, chatID, &id, nil)
+}
+
+// repeated is the record of the turn a repeated request (same
+// Idempotency-Key) started the first time.
+func (h *Handler) repeated(ctx context.Context, chatID string, messageID, queuedID *int64) (queries.OpenaiResponse, error) {
+	row, err := h.Q.OpenAIResponseOfTurn(ctx, queries.OpenAIResponseOfTurnParams{ChatID: chatUUID(chatID), MessageID: messageID, QueuedMessageID: queuedID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, keyDeleted()
+	}
+	return row, err
+}
+
+func textParts(texts []string) []*chatdv1.MessagePart {
+	content := make([]*chatdv1.MessagePart, len(texts))
+	for i, t := range texts {
+		content[i] = &chatdv1.MessagePart{Type: "text", Text: &t}
+	}
+	return content
 }
 
 // answer writes the response as it stands.

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/chatd/chatd/services/api/internal/apitest"
 )
 
 // defaultModel is the id GET /v1/models lists for a new organization's
@@ -14,9 +16,9 @@ import (
 func defaultModel(t *testing.T, s *fixture, token string) string {
 	t.Helper()
 	r := s.do("GET", "/v1/models", token, nil)
-	require.Equal(t, http.StatusOK, r.code, "%s", r.raw)
-	require.Equal(t, "list", r.body["object"])
-	data := r.body["data"].([]any)
+	require.Equal(t, http.StatusOK, r.Code, "%s", r.Raw)
+	require.Equal(t, "list", r.Body["object"])
+	data := r.Body["data"].([]any)
 	require.NotEmpty(t, data)
 	first := data[0].(map[string]any)
 	require.Equal(t, "model", first["object"])
@@ -29,11 +31,11 @@ func TestModelsListsTheOrganizationsConfigs(t *testing.T) {
 	tok := s.token()
 	id := defaultModel(t, s, tok)
 	got := s.do("GET", "/v1/models/"+id, tok, nil)
-	require.Equal(t, http.StatusOK, got.code, "%s", got.raw)
-	require.Equal(t, id, got.body["id"])
+	require.Equal(t, http.StatusOK, got.Code, "%s", got.Raw)
+	require.Equal(t, id, got.Body["id"])
 	missing := s.do("GET", "/v1/models/no-such-model", tok, nil)
-	require.Equal(t, http.StatusNotFound, missing.code)
-	require.Contains(t, missing.errorField("message"), "no-such-model")
+	require.Equal(t, http.StatusNotFound, missing.Code)
+	require.Contains(t, missing.Field("error", "message"), "no-such-model")
 }
 
 func TestBackgroundResponseIsCancelledByInterrupt(t *testing.T) {
@@ -44,26 +46,26 @@ func TestBackgroundResponseIsCancelledByInterrupt(t *testing.T) {
 		"model": model, "input": "::reply hi", "background": true, "instructions": "Be brief.",
 		"metadata": map[string]string{"ticket": "T-1"},
 	})
-	require.Equal(t, http.StatusOK, created.code, "%s", created.raw)
-	id := created.body["id"].(string)
+	require.Equal(t, http.StatusOK, created.Code, "%s", created.Raw)
+	id := created.Body["id"].(string)
 	require.True(t, strings.HasPrefix(id, "resp_"), id)
-	require.Equal(t, "response", created.body["object"])
-	require.Equal(t, "in_progress", created.body["status"], "no worker runs here: the turn waits")
-	require.Equal(t, true, created.body["background"])
-	require.Equal(t, "Be brief.", created.body["instructions"])
-	require.Equal(t, map[string]any{"ticket": "T-1"}, created.body["metadata"])
-	require.Equal(t, model, created.body["model"])
+	require.Equal(t, "response", created.Body["object"])
+	require.Equal(t, "in_progress", created.Body["status"], "no worker runs here: the turn waits")
+	require.Equal(t, true, created.Body["background"])
+	require.Equal(t, "Be brief.", created.Body["instructions"])
+	require.Equal(t, map[string]any{"ticket": "T-1"}, created.Body["metadata"])
+	require.Equal(t, model, created.Body["model"])
 
 	got := s.do("GET", "/v1/responses/"+id, tok, nil)
-	require.Equal(t, http.StatusOK, got.code, "%s", got.raw)
-	require.Equal(t, "in_progress", got.body["status"])
+	require.Equal(t, http.StatusOK, got.Code, "%s", got.Raw)
+	require.Equal(t, "in_progress", got.Body["status"])
 
 	cancelled := s.do("POST", "/v1/responses/"+id+"/cancel", tok, nil)
-	require.Equal(t, http.StatusOK, cancelled.code, "%s", cancelled.raw)
-	require.Equal(t, "cancelled", cancelled.body["status"])
-	require.Equal(t, "cancelled", s.do("GET", "/v1/responses/"+id, tok, nil).body["status"])
+	require.Equal(t, http.StatusOK, cancelled.Code, "%s", cancelled.Raw)
+	require.Equal(t, "cancelled", cancelled.Body["status"])
+	require.Equal(t, "cancelled", s.do("GET", "/v1/responses/"+id, tok, nil).Body["status"])
 	again := s.do("POST", "/v1/responses/"+id+"/cancel", tok, nil)
-	require.Equal(t, http.StatusOK, again.code, "cancelling twice answers the cancelled response")
+	require.Equal(t, http.StatusOK, again.Code, "cancelling twice answers the cancelled response")
 
 	// The stream of the finished response is replayed from storage, and
 	// resumes after any sequence number with no gap.
@@ -78,8 +80,8 @@ func TestBackgroundResponseIsCancelledByInterrupt(t *testing.T) {
 	require.Equal(t, names(all[2:]), names(tail))
 	require.EqualValues(t, 2, tail[0].data["sequence_number"])
 	past := s.do("GET", "/v1/responses/"+id+"?stream=true&starting_after=4", tok, nil)
-	require.Equal(t, http.StatusBadRequest, past.code)
-	require.Equal(t, "starting_after", past.errorField("param"))
+	require.Equal(t, http.StatusBadRequest, past.Code)
+	require.Equal(t, "starting_after", past.Field("error", "param"))
 }
 
 func TestQueuedResponseCancelDropsItsMessage(t *testing.T) {
@@ -87,20 +89,20 @@ func TestQueuedResponseCancelDropsItsMessage(t *testing.T) {
 	tok := s.token()
 	model := defaultModel(t, s, tok)
 	first := s.do("POST", "/v1/responses", tok, map[string]any{"model": model, "input": "one", "background": true})
-	require.Equal(t, http.StatusOK, first.code, "%s", first.raw)
+	require.Equal(t, http.StatusOK, first.Code, "%s", first.Raw)
 	// The chat's first turn still runs (no worker), so the next waits in
 	// the queue.
 	second := s.do("POST", "/v1/responses", tok, map[string]any{
 		"model": model, "input": []any{map[string]any{"role": "user", "content": []any{map[string]any{"type": "input_text", "text": "two"}}}},
-		"background": true, "previous_response_id": first.body["id"],
+		"background": true, "previous_response_id": first.Body["id"],
 	})
-	require.Equal(t, http.StatusOK, second.code, "%s", second.raw)
-	require.Equal(t, "queued", second.body["status"])
-	require.Equal(t, first.body["id"], second.body["previous_response_id"])
-	cancelled := s.do("POST", "/v1/responses/"+second.body["id"].(string)+"/cancel", tok, nil)
-	require.Equal(t, http.StatusOK, cancelled.code, "%s", cancelled.raw)
-	require.Equal(t, "cancelled", cancelled.body["status"])
-	require.Equal(t, "in_progress", s.do("GET", "/v1/responses/"+first.body["id"].(string), tok, nil).body["status"],
+	require.Equal(t, http.StatusOK, second.Code, "%s", second.Raw)
+	require.Equal(t, "queued", second.Body["status"])
+	require.Equal(t, first.Body["id"], second.Body["previous_response_id"])
+	cancelled := s.do("POST", "/v1/responses/"+second.Body["id"].(string)+"/cancel", tok, nil)
+	require.Equal(t, http.StatusOK, cancelled.Code, "%s", cancelled.Raw)
+	require.Equal(t, "cancelled", cancelled.Body["status"])
+	require.Equal(t, "in_progress", s.do("GET", "/v1/responses/"+first.Body["id"].(string), tok, nil).Body["status"],
 		"cancelling the queued response leaves the running one alone")
 }
 
@@ -108,26 +110,26 @@ func TestResponsesAreTheCallersOnly(t *testing.T) {
 	s := setup(t)
 	owner, other := s.token(), s.token()
 	created := s.do("POST", "/v1/responses", owner, map[string]any{"model": defaultModel(t, s, owner), "input": "mine", "background": true})
-	require.Equal(t, http.StatusOK, created.code, "%s", created.raw)
-	id := created.body["id"].(string)
+	require.Equal(t, http.StatusOK, created.Code, "%s", created.Raw)
+	id := created.Body["id"].(string)
 	unknown := s.do("GET", "/v1/responses/resp_00000000000000000000000000000000", other, nil)
-	for _, r := range []reply{
+	for _, r := range []apitest.Reply{
 		s.do("GET", "/v1/responses/"+id, other, nil),
 		s.do("GET", "/v1/responses/"+id+"?stream=true", other, nil),
 		s.do("POST", "/v1/responses/"+id+"/cancel", other, nil),
 	} {
-		require.Equal(t, http.StatusNotFound, r.code, "%s", r.raw)
-		require.Equal(t, "not_found", r.errorField("code"))
-		require.Equal(t, strings.Replace(unknown.errorField("message").(string), "resp_00000000000000000000000000000000", id, 1), r.errorField("message"),
+		require.Equal(t, http.StatusNotFound, r.Code, "%s", r.Raw)
+		require.Equal(t, "not_found", r.Field("error", "code"))
+		require.Equal(t, strings.Replace(unknown.Field("error", "message").(string), "resp_00000000000000000000000000000000", id, 1), r.Field("error", "message"),
 			"another tenant's response reads exactly like a missing one")
 	}
 	cont := s.do("POST", "/v1/responses", other, map[string]any{"model": defaultModel(t, s, other), "input": "x", "previous_response_id": id})
-	require.Equal(t, http.StatusNotFound, cont.code, "%s", cont.raw)
-	require.Equal(t, "previous_response_id", cont.errorField("param"))
+	require.Equal(t, http.StatusNotFound, cont.Code, "%s", cont.Raw)
+	require.Equal(t, "previous_response_id", cont.Field("error", "param"))
 	conv := s.do("POST", "/v1/responses", other, map[string]any{"model": defaultModel(t, s, other), "input": "x",
 		"conversation": "conv_" + strings.TrimPrefix(id, "resp_")})
-	require.Equal(t, http.StatusNotFound, conv.code, "%s", conv.raw)
-	require.Equal(t, "in_progress", s.do("GET", "/v1/responses/"+id, owner, nil).body["status"], "nothing the other tenant sent touched it")
+	require.Equal(t, http.StatusNotFound, conv.Code, "%s", conv.Raw)
+	require.Equal(t, "in_progress", s.do("GET", "/v1/responses/"+id, owner, nil).Body["status"], "nothing the other tenant sent touched it")
 }
 
 func TestAuthAndHostileInput(t *testing.T) {
@@ -135,10 +137,10 @@ func TestAuthAndHostileInput(t *testing.T) {
 	tok := s.token()
 	model := defaultModel(t, s, tok)
 	noAuth := s.do("GET", "/v1/models", "", nil)
-	require.Equal(t, http.StatusUnauthorized, noAuth.code)
-	require.NotEmpty(t, noAuth.errorField("message"))
-	require.Equal(t, http.StatusUnauthorized, s.do("POST", "/v1/responses", "not-a-jwt", `{}`).code)
-	require.Equal(t, http.StatusNotFound, s.do("GET", "/v1/no-such-thing", tok, nil).code)
+	require.Equal(t, http.StatusUnauthorized, noAuth.Code)
+	require.NotEmpty(t, noAuth.Field("error", "message"))
+	require.Equal(t, http.StatusUnauthorized, s.do("POST", "/v1/responses", "not-a-jwt", `{}`).Code)
+	require.Equal(t, http.StatusNotFound, s.do("GET", "/v1/no-such-thing", tok, nil).Code)
 
 	cases := []struct {
 		name, body, param, says string
@@ -154,8 +156,7 @@ func TestAuthAndHostileInput(t *testing.T) {
 		{"blank", fmt.Sprintf(`{"model":%q,"input":"  "}`, model), "input", "empty"},
 		{"assistant input", fmt.Sprintf(`{"model":%q,"input":[{"role":"assistant","content":"x"}]}`, model), "input[0].role", "Only user messages"},
 		{"image input", fmt.Sprintf(`{"model":%q,"input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}]}`, model), "input[0].content[0]", "input_image"},
-		{"built-in tool", fmt.Sprintf(`{"model":%q,"input":"a","tools":[{"type":"web_search"}]}`, model), "tools", "web_search"},
-		{"function tool", fmt.Sprintf(`{"model":%q,"input":"a","tools":[{"type":"function","name":"f"}]}`, model), "tools", "not supported yet"},
+		{"built-in tool", fmt.Sprintf(`{"model":%q,"input":"a","tools":[{"type":"web_search"}]}`, model), "tools[0].type", "web_search"},
 		{"store false", fmt.Sprintf(`{"model":%q,"input":"a","store":false}`, model), "store", "store=false"},
 		{"metadata", fmt.Sprintf(`{"model":%q,"input":"a","metadata":{"%s":"v"}}`, model, strings.Repeat("k", 65)), "metadata", "metadata key"},
 		{"both continuations", fmt.Sprintf(`{"model":%q,"input":"a","previous_response_id":"resp_x","conversation":"conv_x"}`, model), "conversation", "not both"},
@@ -164,16 +165,16 @@ func TestAuthAndHostileInput(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := s.do("POST", "/v1/responses", tok, c.body)
-			require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound}, r.code, "%s", r.raw)
+			require.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound}, r.Code, "%s", r.Raw)
 			if c.param != "" {
-				require.Equal(t, c.param, r.errorField("param"), "%s", r.raw)
+				require.Equal(t, c.param, r.Field("error", "param"), "%s", r.Raw)
 			}
-			require.Contains(t, r.errorField("message"), c.says)
-			require.NotContains(t, string(r.raw), "json:", "no parser's words")
+			require.Contains(t, r.Field("error", "message"), c.says)
+			require.NotContains(t, string(r.Raw), "json:", "no parser's words")
 		})
 	}
 	r := s.do("GET", "/v1/responses/resp_00000000000000000000000000000000?stream=true&starting_after=-1", tok, nil)
-	require.Equal(t, http.StatusNotFound, r.code, "an unknown response is a 404 before its cursor is read")
+	require.Equal(t, http.StatusNotFound, r.Code, "an unknown response is a 404 before its cursor is read")
 }
 
 func (s *fixture) stream(token, id string, after int) []sseEvent {

@@ -17,7 +17,10 @@ import (
 const turnPageSize = 1000
 
 // turn is a response's stored state: its record, its chat, and the
-// messages of its turn (after its user message, up to the next one).
+// messages of its part of the turn: after the message that starts it (a
+// user message, or the results of the function calls the previous
+// response ended with), up to the next user message or up to and with
+// the first assistant message that calls one of its function tools.
 type turn struct {
 	rec  queries.OpenaiResponse
 	chat *chatdv1.Chat
@@ -26,6 +29,10 @@ type turn struct {
 	// ended: a later user message exists, so this turn is over.
 	ended  bool
 	output []*chatdv1.Message
+	// calls are the function calls the response ended with; answered:
+	// each has a result stored (the client's, or a cancellation).
+	calls    []functionCall
+	answered bool
 }
 
 // record loads a response record the caller owns; anything else (no such
@@ -69,12 +76,31 @@ func (h *Handler) loadTurn(ctx context.Context, rec queries.OpenaiResponse) (tur
 	if err != nil {
 		return t, err
 	}
+	names := functionNames(rec.Tools)
+	results := map[string]bool{}
 	for _, m := range page.GetMessages() {
 		if m.GetRole() == "user" {
 			t.ended = true
 			break
 		}
+		if t.calls != nil {
+			// Past the end of the response: only whether its calls were
+			// answered matters.
+			for _, p := range m.GetContent() {
+				if p.GetType() == "tool-result" {
+					results[p.GetToolCallId()] = true
+				}
+			}
+			continue
+		}
 		t.output = append(t.output, m)
+		if m.GetRole() == "assistant" {
+			t.calls = functionCalls(m, names)
+		}
+	}
+	t.answered = true
+	for _, c := range t.calls {
+		t.answered = t.answered && results[c.callID]
 	}
 	return t, nil
 }
@@ -91,6 +117,14 @@ func (t turn) status() string {
 		return "queued"
 	case t.ended:
 		return "completed"
+	case len(t.calls) > 0:
+		// The response ends with its function calls once the chat waits
+		// for them (or no longer does): not while the worker is still
+		// storing the step, when their output could not be submitted yet.
+		if t.answered || t.chat.GetStatus() != "running" && t.chat.GetStatus() != "interrupting" {
+			return "completed"
+		}
+		return "in_progress"
 	}
 	switch t.chat.GetStatus() {
 	case "waiting", "requires_action":

@@ -27,7 +27,7 @@ type responseObject struct {
 	IncompleteDetails  *struct{}         `json:"incomplete_details"`
 	ParallelToolCalls  bool              `json:"parallel_tool_calls"`
 	ToolChoice         string            `json:"tool_choice"`
-	Tools              []any             `json:"tools"`
+	Tools              json.RawMessage   `json:"tools"`
 	Store              bool              `json:"store"`
 	Temperature        *float64          `json:"temperature"`
 	TopP               *float64          `json:"top_p"`
@@ -52,7 +52,7 @@ type usage struct {
 	OutputTokensDetails map[string]int `json:"output_tokens_details"`
 }
 
-// outputItem is a message or a reasoning item of output.
+// outputItem is a message, a reasoning or a function_call item of output.
 type outputItem struct {
 	ID      string        `json:"id"`
 	Type    string        `json:"type"`
@@ -60,6 +60,11 @@ type outputItem struct {
 	Role    string        `json:"role,omitempty"`
 	Content []outputPart  `json:"content,omitempty"`
 	Summary []summaryPart `json:"summary,omitempty"`
+	// function_call: the call the client answers with a
+	// function_call_output of the same call_id.
+	CallID    string  `json:"call_id,omitempty"`
+	Name      string  `json:"name,omitempty"`
+	Arguments *string `json:"arguments,omitempty"`
 }
 
 type outputPart struct {
@@ -80,6 +85,10 @@ func (t turn) view() responseObject {
 	var text strings.Builder
 	var u usage
 	hasUsage := false
+	calls := map[string]functionCall{}
+	for _, c := range t.calls {
+		calls[fmt.Sprintf("%d_%d", c.messageID, c.part)] = c
+	}
 	for _, m := range t.output {
 		if m.GetRole() != "assistant" {
 			continue
@@ -97,6 +106,10 @@ func (t turn) view() responseObject {
 			case "reasoning":
 				r.Output = append(r.Output, outputItem{ID: fmt.Sprintf("rs_%d_%d", m.GetId(), i), Type: "reasoning",
 					Summary: []summaryPart{{Type: "summary_text", Text: p.GetText()}}})
+			case "tool-call":
+				if c, ok := calls[fmt.Sprintf("%d_%d", m.GetId(), i)]; ok {
+					r.Output = append(r.Output, functionCallItem(c))
+				}
 			}
 		}
 	}
@@ -126,8 +139,14 @@ func (t turn) skeleton(status string) responseObject {
 	r := responseObject{
 		ID: formatID(responsePrefix, t.rec.ID), Object: "response", CreatedAt: t.rec.CreatedAt.Unix(),
 		Status: status, Background: t.rec.Background, Model: t.rec.Model, Instructions: t.rec.Instructions,
-		Metadata: map[string]string{}, Output: []outputItem{}, ParallelToolCalls: true, ToolChoice: "auto",
-		Tools: []any{}, Store: true, Truncation: "disabled", Text: map[string]any{"format": map[string]string{"type": "text"}},
+		Metadata: map[string]string{}, Output: []outputItem{}, ParallelToolCalls: true, ToolChoice: t.rec.ToolChoice,
+		Tools: t.rec.Tools, Store: true, Truncation: "disabled", Text: map[string]any{"format": map[string]string{"type": "text"}},
+	}
+	if len(r.Tools) == 0 {
+		r.Tools = json.RawMessage(`[]`)
+	}
+	if r.ToolChoice == "" {
+		r.ToolChoice = "auto"
 	}
 	_ = json.Unmarshal(t.rec.Metadata, &r.Metadata)
 	if t.rec.PreviousResponseID != nil {

@@ -22,17 +22,17 @@ import (
 	"github.com/chatd/chatd/pkg/db/queries"
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/partbuf"
-	"github.com/chatd/chatd/pkg/partsrpc"
 	"github.com/chatd/chatd/services/relay/internal/relay"
+	"github.com/chatd/chatd/services/worker/partsrpc"
 )
 
 func TestMain(m *testing.M) { dbtest.Main(m) }
 
 // partsWorker is a worker's parts endpoint as the worker runs it: the real
-// PartsService server (pkg/partsrpc) over a real part buffer, served on a
-// localhost listener and registered in chat_workers. A stream interceptor
-// counts the upstream streams the relay opens to it, and passes what the
-// PartsService sends through the worker's wire (relay_gap_test.go).
+// PartsService server (services/worker/partsrpc) over a real part buffer,
+// served on a localhost listener and registered in chat_workers. A stream
+// interceptor counts the upstream streams the relay opens to it, and passes
+// what the PartsService sends through the worker's wire (relay_gap_test.go).
 type partsWorker struct {
 	id    uuid.UUID
 	addr  string

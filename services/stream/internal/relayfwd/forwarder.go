@@ -13,49 +13,22 @@ import (
 
 	"github.com/google/uuid"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/relayclient"
 	"github.com/chatd/chatd/pkg/telemetry/timeline"
 	"github.com/chatd/chatd/services/stream/internal/streamloop"
 )
 
 // Client is the replica's connection to the relay service, shared by every
-// forwarder. It is created lazily, on the first forwarder that needs it.
-type Client struct {
-	addr string
-	opts []grpc.DialOption
-
-	once sync.Once
-	cc   *grpc.ClientConn
-	err  error
-}
+// forwarder. It is dialled lazily, on the first forwarder that needs it.
+type Client struct{ *relayclient.Client }
 
 // NewClient returns a client of the relay at addr (insecure transport unless
-// opts say otherwise). Nothing is dialed until a forwarder needs it.
+// opts say otherwise). Nothing is dialled until a forwarder needs it.
 func NewClient(addr string, opts ...grpc.DialOption) *Client {
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
-	return &Client{addr: addr, opts: opts}
+	return &Client{relayclient.New(addr, opts...)}
 }
-
-func (c *Client) conn() (*grpc.ClientConn, error) {
-	c.once.Do(func() { c.cc, c.err = grpc.NewClient(c.addr, c.opts...) })
-	return c.cc, c.err
-}
-
-// Close closes the connection if it was made.
-func (c *Client) Close() error {
-	c.once.Do(func() {}) // no dial after Close
-	if c.cc != nil {
-		return c.cc.Close()
-	}
-	return nil
-}
-
-// Backoff bounds the wait before a failed relay call is retried.
-var Backoff = []time.Duration{100 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
 
 // Forwarder implements streamloop.Parts for one stream loop. Configure is
 // called on the loop goroutine; the loop's owner reads C() on that same
@@ -153,7 +126,7 @@ func (f *Forwarder) run() {
 		if healthy {
 			attempt = 0
 		}
-		d := Backoff[min(attempt, len(Backoff)-1)]
+		d := relayclient.RetryDelay(attempt)
 		select {
 		case <-f.ctx.Done():
 			return
@@ -165,7 +138,7 @@ func (f *Forwarder) run() {
 // stream runs one StreamParts call until it fails or the forwarder closes.
 // It reports whether the call received anything.
 func (f *Forwarder) stream() (healthy bool) {
-	cc, err := f.client.conn()
+	cc, err := f.client.Conn()
 	if err != nil {
 		return false
 	}

@@ -195,6 +195,7 @@ type Message struct {
 	QueuedMessageID *int64    `json:"queued_message_id,omitempty,string"`
 	CreatedAt       time.Time `json:"created_at"`
 	Usage           *Usage    `json:"usage,omitempty"`
+	RuntimeMS       *int64    `json:"runtime_ms,omitempty,string"`
 	// encoded is the message's JSON, made with it (encodeMessage): a
 	// shared read's message goes to every watcher of the chat, so encoding
 	// it once spares each watcher's loop a marshal of its own. A Message is never modified
@@ -289,17 +290,21 @@ func encodeMessage(chatID uuid.UUID, m msgRow) (Message, error) {
 	out := Message{ID: m.ID, ChatID: chatID.String(), Role: m.Role, Content: parts,
 		QueuedMessageID: m.QueuedMessageID, CreatedAt: m.CreatedAt.UTC()}
 	if len(m.Usage) > 0 && string(m.Usage) != "null" {
-		var u Usage
-		// The stored usage has numbers; the wire has strings.
+		// The stored usage has numbers; the wire has strings. It also
+		// holds the model call's runtime; a reply cut short by an
+		// interrupt has the runtime only, its tokens unknown.
 		var stored struct {
-			PromptTokens int64 `json:"prompt_tokens"`
-			OutputTokens int64 `json:"output_tokens"`
+			PromptTokens *int64 `json:"prompt_tokens"`
+			OutputTokens int64  `json:"output_tokens"`
+			RuntimeMS    *int64 `json:"runtime_ms"`
 		}
 		if err := json.Unmarshal(m.Usage, &stored); err != nil {
 			return Message{}, fmt.Errorf("message %d usage: %w", m.ID, err)
 		}
-		u.PromptTokens, u.OutputTokens = stored.PromptTokens, stored.OutputTokens
-		out.Usage = &u
+		if stored.PromptTokens != nil {
+			out.Usage = &Usage{PromptTokens: *stored.PromptTokens, OutputTokens: stored.OutputTokens}
+		}
+		out.RuntimeMS = stored.RuntimeMS
 	}
 	encoded, err := json.Marshal(out)
 	if err != nil {

@@ -52,7 +52,7 @@ func TestInt64AsStrings(t *testing.T) {
 	chatID := uuid.New()
 	queued := int64(9007199254740993) // 2^53+1: a JS number would round it
 	m, err := encodeMessage(chatID, msgRow{ID: 9007199254740993, Role: "assistant", QueuedMessageID: &queued,
-		Content: json.RawMessage(`[{"type":"text","text":"hi"}]`), Usage: json.RawMessage(`{"prompt_tokens":12,"output_tokens":3}`)})
+		Content: json.RawMessage(`[{"type":"text","text":"hi"}]`), Usage: json.RawMessage(`{"prompt_tokens":12,"output_tokens":3,"runtime_ms":1500}`)})
 	require.NoError(t, err)
 	b, err := json.Marshal(m)
 	require.NoError(t, err)
@@ -61,6 +61,18 @@ func TestInt64AsStrings(t *testing.T) {
 	require.Equal(t, "9007199254740993", got["id"])
 	require.Equal(t, "9007199254740993", got["queued_message_id"])
 	require.Equal(t, map[string]any{"prompt_tokens": "12", "output_tokens": "3"}, got["usage"])
+	require.Equal(t, "1500", got["runtime_ms"])
+
+	// A reply an interrupt cut short has its runtime and no usage.
+	m, err = encodeMessage(chatID, msgRow{ID: 7, Role: "assistant",
+		Content: json.RawMessage(`[{"type":"text","text":"h"}]`), Usage: json.RawMessage(`{"runtime_ms":800}`)})
+	require.NoError(t, err)
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	got = nil
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.NotContains(t, got, "usage")
+	require.Equal(t, "800", got["runtime_ms"])
 
 	qs, err := encodeQueue([]queries.ChatQueuedMessage{{ID: 5, ChatID: chatID, Position: 2, Content: json.RawMessage(`[{"type":"text","text":"q"}]`)}})
 	require.NoError(t, err)

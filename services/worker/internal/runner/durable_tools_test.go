@@ -143,7 +143,9 @@ func TestStepIsStoredBeforeItsToolRuns(t *testing.T) {
 	c := e.chat(id)
 	require.Equal(t, chatstate.StatusRunning, c.Status)
 	// Watchers see the call running: a live tool-status part in the
-	// episode of the stored step's history.
+	// episode of the stored step's history and the run's attempt, which
+	// the stream follows (it relays no episode of attempt 0).
+	require.Positive(t, c.GenerationAttempt, "the run records a generation attempt")
 	ep := partbuf.Episode{ChatID: id, HistoryVersion: c.HistoryVersion, GenerationAttempt: c.GenerationAttempt}
 	parts, err := e.parts.GetParts(ep)
 	require.NoError(t, err)

@@ -184,6 +184,15 @@ func (r *runner) decideStep(ctx context.Context, tx *chatstate.Tx, p *plan, scop
 		if !scope.allows(actionRunTools) {
 			return p.defer_()
 		}
+		// The run is a generation attempt on the stored step's history
+		// like a model call: its live parts (which call runs, its
+		// progress) go in the episode of that attempt, which the stream
+		// follows (it relays no episode of attempt 0:
+		// spec "Sync operation", step 9), and a resumed run gets an
+		// episode of its own.
+		if err := tx.RecordGenerationAttempt(ctx); err != nil {
+			return err
+		}
 		// The tools read the calling chat (its family, its project).
 		p.kind, p.open, p.msgs, p.action, p.chat = planTools, local, msgs, actionRunTools, tx.Chat()
 		return nil
@@ -283,12 +292,13 @@ func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, er
 		return false, err // nil call: the preparation ended the turn
 	}
 	ctx = call.onModel(ctx)
+	invoked := r.clock.Now()
 	resp, callErr := r.callModel(ctx, in, p, call)
 	switch {
 	case ctx.Err() != nil:
 		return false, ctx.Err()
 	case callErr == nil:
-		return false, r.storeStep(ctx, in, p, call.cfg, call.tools, resp)
+		return false, r.storeStep(ctx, in, p, call.cfg, call.tools, resp, r.clock.Now().Sub(invoked))
 	case errors.Is(callErr, errTurnLimit):
 		return false, r.finishError(ctx, in, turnLimitMessage(r.cfg.TurnMaxDuration))
 	case !llm.IsRetryable(callErr):
@@ -332,6 +342,9 @@ type usageJSON struct {
 	CacheReadTokens  int64 `json:"cache_read_tokens,omitempty"`
 	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
 	ReasoningTokens  int64 `json:"reasoning_tokens,omitempty"`
+	// RuntimeMS is how long the model call ran, from the start of its
+	// stream to its end (the REST message's runtime_ms).
+	RuntimeMS int64 `json:"runtime_ms"`
 }
 
 // commitStep applies CommitStep under the fence, in the commit stage, and

@@ -52,8 +52,10 @@ func (r *runner) view(ctx context.Context, in intent, fn func(tx *chatstate.Tx) 
 }
 
 // interrupt is the interrupt goroutine: it closes the episode of the
-// current (history_version, generation_attempt), keeps its streamed text
-// as the partial assistant message and applies FinishInterruption.
+// current (history_version, generation_attempt), keeps what it streamed
+// as the partial assistant message, with the model call's runtime up to
+// the interrupt (spec "Message part buffer": ModelInvokedAt, read before
+// the episode closes), and applies FinishInterruption.
 //
 // It reads the attempt, closes the episode and finishes in one bundle: the
 // episode's parts are read under the same lock that fences the transition.
@@ -72,7 +74,11 @@ func (r *runner) interrupt(ctx context.Context, in intent) error {
 	_, err := r.update(ctx, in, func(tx *chatstate.Tx) error {
 		ep := partbuf.Episode{ChatID: r.spec.ChatID, HistoryVersion: in.HistoryVersion, GenerationAttempt: tx.Chat().GenerationAttempt}
 		var parts []partbuf.Part
+		var runtime time.Duration
 		if r.deps.Parts != nil {
+			if invoked := r.deps.Parts.ModelInvokedAt(ep); !invoked.IsZero() {
+				runtime = max(r.clock.Now().Sub(invoked), 0)
+			}
 			r.deps.Parts.CloseEpisode(ep)
 			var err error
 			parts, err = r.deps.Parts.GetParts(ep)
@@ -86,7 +92,7 @@ func (r *runner) interrupt(ctx context.Context, in intent) error {
 		}
 		r.turns.invalidate(tctx, telemetry.OutcomeInterrupted, nil)
 		queuedAt = queueHead(ctx, tx)
-		_, err = tx.FinishInterruption(ctx, append(finished, partialMessage(parts)...))
+		_, err = tx.FinishInterruption(ctx, append(finished, partialMessage(parts, runtime)...))
 		return err
 	})
 	if err != nil {
@@ -135,9 +141,10 @@ func finishedResults(ctx context.Context, tx *chatstate.Tx) ([]chatstate.NewMess
 // partialMessage builds the interrupted assistant message from an episode's
 // streamed deltas: everything the watchers were shown, text, reasoning and
 // tool calls, as parts in the order the model streamed them (deltas of one
-// part joined). A tool call in it never ran: FinishInterruption answers it
-// as interrupted. nil when nothing was streamed.
-func partialMessage(parts []partbuf.Part) []chatstate.NewMessage {
+// part joined), with the model call's runtime up to the interrupt. A tool
+// call in it never ran: FinishInterruption answers it as interrupted. nil
+// when nothing was streamed.
+func partialMessage(parts []partbuf.Part, runtime time.Duration) []chatstate.NewMessage {
 	var content chatmsg.Content
 	at := map[int]int{} // streamed part index -> position in content
 	for _, p := range parts {
@@ -167,7 +174,10 @@ func partialMessage(parts []partbuf.Part) []chatstate.NewMessage {
 	if len(content) == 0 {
 		return nil
 	}
-	return []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: content}}
+	// Its tokens are unknown: the stored usage holds the runtime only, so
+	// compaction reads no usage from it.
+	usage := json.RawMessage(fmt.Sprintf(`{"runtime_ms":%d}`, runtime.Milliseconds()))
+	return []chatstate.NewMessage{{Role: chatstate.RoleAssistant, Content: content, Usage: usage}}
 }
 
 // actionTimeout is the dynamic tools timeout goroutine: it waits for the

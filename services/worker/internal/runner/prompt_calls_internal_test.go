@@ -2,12 +2,15 @@ package runner
 
 import (
 	"encoding/json"
+	"io/fs"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
+	"github.com/chatd/chatd/pkg/db/migrations"
 	"github.com/chatd/chatd/pkg/llm"
+	"github.com/chatd/chatd/services/worker/internal/agenttools"
 )
 
 func TestPairCallsWithResults(t *testing.T) {
@@ -42,4 +45,31 @@ func TestPairCallsWithResults(t *testing.T) {
 	// An answered history is left as it is.
 	msgs = []llm.Message{user("go"), assistant(call("c"), call("d")), tool(result("c"), result("d")), assistant(chatmsg.Text("done"))}
 	require.Equal(t, msgs, pairCallsWithResults(msgs, make([]bool, len(msgs))))
+
+	// The stored answer to calls an older version left open is its chat's
+	// newest row: each of its results moves up to its call. A model that
+	// reuses a call ID gets each result after the right call, and a result
+	// that answers no call is left out (a provider refuses it).
+	repair := tool(result("e"), result("r"))
+	msgs = []llm.Message{user("go"), assistant(call("e"), call("f")), tool(result("f")), user("next"),
+		assistant(call("r")), user("again"), assistant(call("r")), tool(result("r")), assistant(chatmsg.Text("done")), repair}
+	got = pairCallsWithResults(msgs, make([]bool, len(msgs)))
+	require.Len(t, got, 10)
+	require.Equal(t, []llm.Message{user("go"), assistant(call("e"), call("f")), tool(result("e"), result("f")), user("next"),
+		assistant(call("r"))}, got[:5])
+	require.Equal(t, "r", got[5].Parts[0].ToolCallID)
+	require.Contains(t, string(got[5].Parts[0].Result), "interrupted", "the repair's answer to the first r is stored after the second r: the prompt gives the same answer")
+	require.Equal(t, []llm.Message{user("again"), assistant(call("r")), tool(result("r")), assistant(chatmsg.Text("done"))}, got[6:])
+}
+
+// The migration that answers calls older versions left open stores the
+// result prompts give them, so history says what the model was shown.
+func TestOpenCallRepairStoresThePromptsResult(t *testing.T) {
+	t.Parallel()
+	sql, err := fs.ReadFile(migrations.FS, "00015_answer_open_tool_calls.sql")
+	require.NoError(t, err)
+	var stored map[string]string
+	require.NoError(t, json.Unmarshal(agenttools.ErrorResult(unansweredResult), &stored))
+	require.Contains(t, string(sql), "jsonb_build_object('error',")
+	require.Contains(t, string(sql), "'"+stored["error"]+"'")
 }

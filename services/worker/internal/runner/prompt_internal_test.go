@@ -95,17 +95,19 @@ func TestPartialMessage(t *testing.T) {
 		require.NoError(t, err)
 		return partbuf.Part{Data: b}
 	}
-	require.Nil(t, partialMessage(nil))
+	require.Nil(t, partialMessage(nil, time.Second))
 	// Everything the watchers saw is kept: reasoning, text, tool calls.
 	got := partialMessage([]partbuf.Part{
 		part(chatmsg.Part{Type: chatmsg.PartReasoning, Text: "hm"}), part(chatmsg.Part{Type: chatmsg.PartReasoning, Text: "m"}),
 		part(chatmsg.Text("tok1")), part(chatmsg.Text(" tok2")),
 		part(chatmsg.ToolCall("call_1", "search", json.RawMessage(`{"q":"x"}`))),
-	})
+	}, 1500*time.Millisecond)
 	require.Len(t, got, 1)
 	require.Equal(t, chatstate.RoleAssistant, got[0].Role)
 	require.Equal(t, "tok1 tok2", got[0].Content.PlainText())
 	require.Len(t, got[0].Content, 3)
 	require.Equal(t, chatmsg.Part{Type: chatmsg.PartReasoning, Text: "hmm"}, got[0].Content[0])
 	require.Equal(t, "call_1", got[0].Content[2].ToolCallID)
+	// Its runtime is recorded like a completed reply's, its tokens unknown.
+	require.JSONEq(t, `{"runtime_ms":1500}`, string(got[0].Usage))
 }

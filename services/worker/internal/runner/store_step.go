@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
@@ -26,8 +27,9 @@ import (
 // is stored with the call. A failed pre_tool_use ends the turn in error
 // before anything of the step is stored (spec "When tool calls are
 // admitted"). Dynamic calls stay open: the next step enters
-// requires_action once the worker's calls are answered.
-func (r *runner) storeStep(ctx context.Context, in intent, p plan, cfg modelconfig.ModelConfig, tb *agenttools.Toolbox, resp llm.Response) error {
+// requires_action once the worker's calls are answered. runtime is how
+// long the model call ran; it is stored with the usage.
+func (r *runner) storeStep(ctx context.Context, in intent, p plan, cfg modelconfig.ModelConfig, tb *agenttools.Toolbox, resp llm.Response, runtime time.Duration) error {
 	dynamic, err := chatstate.DynamicToolNames(p.chat.DynamicTools)
 	if err != nil {
 		return err
@@ -86,6 +88,7 @@ func (r *runner) storeStep(ctx context.Context, in intent, p plan, cfg modelconf
 	usage, err := json.Marshal(usageJSON{
 		PromptTokens: u.PromptTokens, OutputTokens: u.OutputTokens, CacheReadTokens: u.CacheReadTokens,
 		CacheWriteTokens: u.CacheWriteTokens, ReasoningTokens: u.ReasoningTokens,
+		RuntimeMS: max(runtime.Milliseconds(), 0),
 	})
 	if err != nil {
 		return fmt.Errorf("error encoding usage: %w", err)

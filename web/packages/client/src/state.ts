@@ -1,7 +1,7 @@
 // ChatState is what a client shows of one chat, built only from stream
 // events: applyEvent is pure (it returns a new state, never mutates), so
 // React can compare states by reference and tests can replay fixtures.
-import type { ChatStatus, ErrorPayload, Message, MessagePart, QueuedMessage, RetryPayload, StreamEvent, ToolCall } from './types';
+import type { ChatStatus, ErrorPayload, LivePart, Message, MessagePart, QueuedMessage, RetryPayload, StreamEvent, ToolCall } from './types';
 
 /** The reply being generated: one episode's parts, merged from deltas. */
 export interface LiveMessage {
@@ -10,7 +10,7 @@ export interface LiveMessage {
   generationAttempt: string;
   /** The last part seq applied. */
   seq: string;
-  parts: MessagePart[];
+  parts: LivePart[];
 }
 
 export interface ChatState {
@@ -50,17 +50,32 @@ function retire(s: ChatState): ChatState {
   return { ...s, live: null, retired: later(key, s.retired) ? key : s.retired };
 }
 
-/** mergePart applies one live part delta: text and reasoning at the same index append. */
-export function mergePart(parts: MessagePart[], delta: MessagePart & { index?: number }): MessagePart[] {
+const isToolLive = (p: LivePart) => p.type === 'tool-status' || p.type === 'tool-progress';
+
+/**
+ * mergePart applies one live part delta: text and reasoning at the same
+ * index append; a tool call's status and progress at its index merge into
+ * one "tool-status" part (a progress keeps the running call's started_at, a
+ * finish keeps its last progress).
+ */
+export function mergePart(parts: LivePart[], delta: LivePart & { index?: number }): LivePart[] {
   const { index = 0, ...part } = delta;
   const out = parts.slice();
   const cur = out[index];
   if (cur && cur.type === part.type && (part.type === 'text' || part.type === 'reasoning')) {
     out[index] = { ...cur, text: (cur.text ?? '') + (part.text ?? '') };
+  } else if (cur && isToolLive(cur) && isToolLive(part) && cur.tool_call_id === part.tool_call_id) {
+    out[index] = { ...cur, ...part, type: 'tool-status', state: part.type === 'tool-status' ? part.state : cur.state };
   } else {
     out[index] = part;
   }
   return out;
+}
+
+/** The milliseconds a running call has run at now (never negative: the worker's clock may be ahead). */
+export function runningFor(startedAt: string | undefined, now: number): number {
+  const at = startedAt ? Date.parse(startedAt) : NaN;
+  return Number.isNaN(at) ? 0 : Math.max(0, now - at);
 }
 
 /** applyEvent returns the state after ev (the same object when ev changes nothing). */

@@ -36,10 +36,23 @@ export interface UploadedFile {
   created_at: string;
 }
 
+/**
+ * A live part: a message part, or while a step's tool calls run (role
+ * "tool") a call's status: "tool-status" (state running since started_at,
+ * then finished or failed after duration_ms) and "tool-progress" (an MCP
+ * server's progress, total and message). docs/tools.md "Watching calls run".
+ */
+export type LivePart = MessagePart & {
+  duration_ms?: number;
+  progress?: number;
+  total?: number;
+  message?: string;
+};
+
 /** A live part of the reply being generated. 64-bit integers are strings. */
 export interface MessagePartPayload {
   role: string;
-  part: MessagePart & { index?: number };
+  part: LivePart & { index?: number };
   history_version: string;
   generation_attempt: string;
   seq: string;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { applyEvent, cmpInt, emptyChatState, mergePart, type StreamEvent } from '../src';
+import { applyEvent, cmpInt, emptyChatState, mergePart, runningFor, type StreamEvent } from '../src';
 
 const chat = 'c1';
 const part = (hv: string, ga: string, seq: string, text: string, index = 0): StreamEvent => ({
@@ -63,5 +63,37 @@ describe('applyEvent', () => {
   it('keeps non-text parts at their index', () => {
     const parts = mergePart(mergePart([], { type: 'reasoning', text: 'hm', index: 0 }), { type: 'tool-call', tool_name: 'x', index: 1 });
     expect(parts.map((p) => p.type)).toEqual(['reasoning', 'tool-call']);
+  });
+
+  it('follows a running tool call: its progress keeps its start, its finish its last progress', () => {
+    const started = '2026-03-10T12:00:00Z';
+    const call = { tool_call_id: 'c1', tool_name: 'ops__sync' };
+    let parts = mergePart([], { index: 0, type: 'tool-status', ...call, state: 'running', started_at: started });
+    parts = mergePart(parts, { index: 0, type: 'tool-progress', ...call, progress: 1, total: 2, message: 'half' });
+    expect(parts[0]).toMatchObject({ type: 'tool-status', state: 'running', started_at: started, progress: 1, total: 2, message: 'half' });
+    parts = mergePart(parts, { index: 0, type: 'tool-status', ...call, state: 'finished', started_at: started, duration_ms: 1500 });
+    expect(parts[0]).toMatchObject({ type: 'tool-status', state: 'finished', duration_ms: 1500, progress: 1 });
+    // Another call of the step at its own index.
+    parts = mergePart(parts, { index: 1, type: 'tool-status', tool_call_id: 'c2', tool_name: 'ops__read', state: 'running', started_at: started });
+    expect(parts.map((p) => [p.tool_call_id, p.state])).toEqual([['c1', 'finished'], ['c2', 'running']]);
+  });
+
+  it('shows a tool episode as the live message and retires it when the results are stored', () => {
+    let s = emptyChatState(chat);
+    s = applyEvent(s, {
+      type: 'message_part', chat_id: chat,
+      message_part: { role: 'tool', history_version: '4', generation_attempt: '1', seq: '1',
+        part: { index: 0, type: 'tool-status', tool_call_id: 'c1', tool_name: 'ops__sync', state: 'running', started_at: '2026-03-10T12:00:00Z' } },
+    });
+    expect([s.live?.role, s.live?.parts[0].state]).toEqual(['tool', 'running']);
+    s = applyEvent(s, msg('5', 'results'));
+    expect(s.live).toBeNull();
+  });
+
+  it('counts a running call\'s time from its start, never below zero', () => {
+    const at = '2026-03-10T12:00:00Z';
+    expect(runningFor(at, Date.parse(at) + 7250)).toBe(7250);
+    expect(runningFor(at, Date.parse(at) - 900)).toBe(0);
+    expect(runningFor(undefined, 5)).toBe(0);
   });
 });

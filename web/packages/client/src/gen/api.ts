@@ -912,6 +912,14 @@ export interface components {
             reasoning_effort?: string;
             /** @description Who authored the message: "user", "assistant", "tool" or "system". */
             role?: string;
+            /**
+             * Format: int64
+             * @description assistant: how long the model call that produced the message ran, in
+             *     milliseconds, from the start of the provider's stream to its end, or
+             *     to the interrupt for a reply cut short (whose usage is unknown). Unset
+             *     when not recorded.
+             */
+            runtime_ms?: string;
             usage?: components["schemas"]["Usage"];
         };
         /**
@@ -953,6 +961,24 @@ export interface components {
             policy_modified?: boolean;
             /** @description tool-result: the tool's output as a JSON value. */
             result?: unknown;
+            /**
+             * Format: date-time
+             * @description tool-call, with state "running": since when. The durable start
+             *     record for a call whose effect policy is never_retry; for any other
+             *     call the moment it could start: when its step was stored, or when the
+             *     call before it in the step finished.
+             */
+            started_at?: string;
+            /**
+             * @description tool-call, on GET messages only: where a worker-executed call of a
+             *     running chat stands while it has no result in history (docs/tools.md,
+             *     "Watching calls run"): "running" (the worker runs it now, or resumes
+             *     it after a takeover), "pending" (it waits for the calls before it in
+             *     its step) or "finished" (it ran; its result is stored with the rest of
+             *     its step). Unset once the call has its result, and on calls the worker
+             *     does not run (a client's).
+             */
+            state?: string;
             /** @description text, reasoning, hook-notice: the text. */
             text?: string;
             /** @description tool-call, tool-result: the id that pairs a call with its result. */

@@ -7,7 +7,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/chatd/chatd/pkg/partbuf"
-	"github.com/chatd/chatd/pkg/partsrpc"
+	"github.com/chatd/chatd/services/worker/partsrpc"
 )
 
 // How the worker serves PartsService: on its internal gRPC server (the one

@@ -10,9 +10,9 @@
 // never on a port clients can reach: it has no bearer authentication and
 // serves any chat.
 //
-// Only the worker binary serves it (workerserver). It lives in pkg, not
-// under services/worker, so that the relay's tests can run it over real
-// part buffers as their workers.
+// Only the worker binary serves it (workerserver). It sits outside the
+// worker's internal/ so that the relay's tests can run it over real part
+// buffers as their workers.
 package partsrpc
 
 import (

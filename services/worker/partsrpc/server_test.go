@@ -21,7 +21,7 @@ import (
 
 	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
 	"github.com/chatd/chatd/pkg/partbuf"
-	"github.com/chatd/chatd/pkg/partsrpc"
+	"github.com/chatd/chatd/services/worker/partsrpc"
 )
 
 // waitFor bounds every wait for an event that should come.
@@ -444,7 +444,7 @@ func goroutines() (int, string) {
 	n := 0
 	var found []string
 	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "pkg/partsrpc.") || strings.Contains(g, "partbuf.(*subscription)") {
+		if strings.Contains(g, "worker/partsrpc.") || strings.Contains(g, "partbuf.(*subscription)") {
 			n++
 			found = append(found, g)
 		}
