@@ -49,6 +49,8 @@ func benchAcquireTimeout(b *testing.B) time.Duration {
 //
 //   - chats-held, and acquire-s: how long the worker took to acquire them
 //     all (it has CHATD_BENCH_ACQUIRE_TIMEOUT, 5m by default);
+//     streamed-s/chat: how long a chat had streamed at the end, on average
+//     (its answer's length, and so its memory, grows with it);
 //   - leases-lapsed (must be 0) and worst-heartbeat-age-s over the watch;
 //   - heap-inuse-KiB/chat: what an operator reads, the worker's
 //     go_memstats_heap_inuse_bytes scraped from its /metrics every second
@@ -84,17 +86,31 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 	for iter := 0; iter < b.N; iter++ {
 		metricsAddr := servicetest.FreeAddr(b)
 		started := time.Now()
-		startWorkerWith(b, dbURL, natsURL, func(c *Config) { c.MetricsAddr = metricsAddr })
+		startWorkerWith(b, dbURL, natsURL, func(c *Config) {
+			c.MetricsAddr = metricsAddr
+			c.Embedded.DBTracer = nil // the tests' transaction guard: a worker runs without it
+		})
 		held := func() int {
 			var c int
 			_ = pool.QueryRow(ctx, "SELECT count(*) FROM chats WHERE worker_id IS NOT NULL").Scan(&c)
 			return c
 		}
 		deadline := started.Add(benchAcquireTimeout(b))
-		got := held()
+		// heldAt is when the chats were first seen held, for how long each
+		// had streamed by the end.
+		type heldSince struct {
+			at    time.Time
+			chats int
+		}
+		var heldAt []heldSince
+		got, prev := held(), 0
+		heldAt = append(heldAt, heldSince{at: time.Now(), chats: got})
 		for got < n && time.Now().Before(deadline) {
 			time.Sleep(200 * time.Millisecond) // a load tool polling the database, not a test
-			got = held()
+			got, prev = held(), got
+			if got > prev {
+				heldAt = append(heldAt, heldSince{at: time.Now(), chats: got - prev})
+			}
 		}
 		acquired := time.Since(started)
 		if got < n {
@@ -150,6 +166,11 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 				lapsed++
 			}
 		}
+		end := time.Now()
+		var streamed time.Duration
+		for _, h := range heldAt {
+			streamed += end.Sub(h.at) * time.Duration(h.chats)
+		}
 		// After a collection: what the running chats keep alive, and where.
 		runtime.GC()
 		var live runtime.MemStats
@@ -168,6 +189,7 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 		perChat := func(v float64) float64 { return v / float64(max(got, 1)) / 1024 }
 		b.ReportMetric(float64(got), "chats-held")
 		b.ReportMetric(acquired.Seconds(), "acquire-s")
+		b.ReportMetric(streamed.Seconds()/float64(max(got, 1)), "streamed-s/chat")
 		b.ReportMetric(float64(lapsed), "leases-lapsed")
 		b.ReportMetric(worstAge.Seconds(), "worst-heartbeat-age-s")
 		if scrapes > 0 {

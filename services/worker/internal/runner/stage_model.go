@@ -56,14 +56,16 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 	_, ttft := r.stages.Start(sctx, telemetry.StageTTFT, telemetry.WithModel(sm))
 	thinking := newThinkingParts()
 	var callErr error
+	var output bool // an output part arrived: the ttft window is closed
 	for ev, err := range model.Stream(sctx, req) {
 		if err != nil {
 			callErr = err
 			break
 		}
 		watch.event()
-		if isOutputPart(ev) {
-			ttft.End(nil) // the first output part closes the window; later Ends are no-ops
+		if !output && isOutputPart(ev) {
+			output = true
+			ttft.End(nil) // the first output part closes the window
 		}
 		thinking.observe(ev, r.clock.Now())
 		if err := ans.add(ev); err != nil {
