@@ -3,6 +3,7 @@ package partbuf_test
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -49,6 +50,57 @@ func BenchmarkAddPart(b *testing.B) {
 			wg.Wait()
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "parts/s")
+		})
+	}
+}
+
+// BenchmarkAddDelta measures what one streamed token costs the buffer, on
+// the writer's side, written as the runner once did (the delta as JSON,
+// json.Marshal then AddPart, which parses it back) and with AddDelta; and
+// the heap the episode holds per token once the run is written
+// (held-B/delta, after a collection), tokens of 7 bytes as the scripted
+// model streams them.
+func BenchmarkAddDelta(b *testing.B) {
+	type textDelta struct {
+		Index int    `json:"index"`
+		Type  string `json:"type"`
+		Text  string `json:"text,omitempty"`
+	}
+	for _, path := range []string{"json", "delta"} {
+		b.Run("path="+path, func(b *testing.B) {
+			buf := partbuf.New(partbuf.Options{MaxEpisodeBytes: 1 << 40})
+			defer buf.Close()
+			ep := newEpisode()
+			if err := buf.CreateEpisode(ep); err != nil {
+				b.Fatal(err)
+			}
+			tokens := make([]string, 1000)
+			for i := range tokens {
+				tokens[i] = fmt.Sprintf(" tok%03d", i)
+			}
+			runtime.GC()
+			var before runtime.MemStats
+			runtime.ReadMemStats(&before)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				var err error
+				if path == "json" {
+					data, _ := json.Marshal(textDelta{Index: 0, Type: "text", Text: tokens[i%len(tokens)]})
+					_, err = buf.AddPart(ep, "assistant", data)
+				} else {
+					_, err = buf.AddDelta(ep, "assistant", 0, partbuf.DeltaText, tokens[i%len(tokens)])
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			runtime.GC()
+			var after runtime.MemStats
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(b.N), "held-B/delta")
+			runtime.KeepAlive(buf)
 		})
 	}
 }

@@ -267,15 +267,36 @@ func (b *Buffer) AddPart(ep Episode, role string, data json.RawMessage) (int64, 
 		return 0, fmt.Errorf("error adding part: data is not JSON")
 	}
 	d, isDelta := parseDelta(data)
-	size := len(data)
-	if isDelta {
-		size = max(len(d.Text), 1)
-	}
 	p := Part{Role: role}
 	if !isDelta {
 		p.Data = slices.Clone(data)
 	}
+	return b.add(ep, p, d, isDelta)
+}
 
+// Delta types: the "type" of a text or reasoning delta (see Log).
+const (
+	DeltaText      = "text"
+	DeltaReasoning = "reasoning"
+)
+
+// AddDelta is AddPart of the delta {"index":index,"type":typ,"text":text}
+// (typ DeltaText or DeltaReasoning) without the JSON: the log stores the
+// text as it is, so a writer that has the delta's fields spends nothing on
+// writing and parsing it.
+func (b *Buffer) AddDelta(ep Episode, role string, index int, typ, text string) (int64, error) {
+	if typ != DeltaText && typ != DeltaReasoning {
+		return 0, fmt.Errorf("error adding delta: type %q is neither %q nor %q", typ, DeltaText, DeltaReasoning)
+	}
+	return b.add(ep, Part{Role: role}, delta{Index: index, Type: typ, Text: text}, true)
+}
+
+// add appends p (d, when isDelta) to the open episode ep.
+func (b *Buffer) add(ep Episode, p Part, d delta, isDelta bool) (int64, error) {
+	size := len(p.Data)
+	if isDelta {
+		size = max(len(d.Text), 1)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	e, err := b.openEpisode(ep)
@@ -295,6 +316,23 @@ func (b *Buffer) AddPart(ep Episode, role string, data json.RawMessage) (int64, 
 	}
 	e.notify()
 	return p.Seq, nil
+}
+
+// DeltaText returns the text of every delta of part index and type typ
+// that role added to episode ep, joined in seq order: the part's text as a
+// client joins it. A writer that keeps its response's text only here reads
+// it back with it, while the episode is kept (closed or not). It returns
+// ErrEpisodeNotFound if the episode does not exist.
+func (b *Buffer) DeltaText(ep Episode, role string, index int, typ string) (string, error) {
+	b.mu.Lock()
+	e := b.episodes[ep]
+	if e == nil || !e.created {
+		b.mu.Unlock()
+		return "", ErrEpisodeNotFound
+	}
+	snap := e.log.Snapshot()
+	b.mu.Unlock()
+	return snap.deltaText(role, index, typ), nil
 }
 
 // GetParts returns an episode's parts in seq order, consecutive deltas

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // A delta is a part whose data is exactly {"index": n, "type": "text"} or
@@ -59,9 +60,17 @@ type logEntry struct {
 	role        string
 	data        json.RawMessage // not a delta
 	isDelta     bool
-	d           delta    // a run: index and type (Text unused)
-	text        []byte   // the run's texts concatenated; only appended
-	ends        []uint32 // ends[i]: where delta first+i ends in text; only appended
+	d           delta     // a run: index and type (Text unused)
+	text        []byte    // the run's texts concatenated; only appended
+	ends        deltaEnds // where each delta of the run ends in text; only appended
+}
+
+// clip returns e with its run's arrays clipped (deltaEnds.clip), so that
+// deltas joining e afterwards cannot change what the copy reads.
+func (e logEntry) clip() logEntry {
+	e.text = e.text[:len(e.text):len(e.text)]
+	e.ends = e.ends.clip()
+	return e
 }
 
 // LastSeq is the seq of the log's last part, 0 when it is empty.
@@ -97,6 +106,19 @@ func (l *Log) Append(p Part) (int, error) {
 	return l.append(p, d, isDelta)
 }
 
+// validEnds reports whether ends can say where each of a run's deltas ends
+// in its text of n bytes: in order, the last at n.
+func validEnds(ends []uint32, n int) bool {
+	var prev uint32
+	for _, e := range ends {
+		if e < prev {
+			return false
+		}
+		prev = e
+	}
+	return int(prev) == n
+}
+
 // AppendCapped is Append unless p would take the log's content over
 // maxBytes, in which case it stores nothing and reports false.
 func (l *Log) AppendCapped(p Part, maxBytes int) (bool, error) {
@@ -119,7 +141,7 @@ func (l *Log) append(p Part, d delta, isDelta bool) (int, error) {
 	}
 	if isDelta {
 		n := int(p.Seq - first + 1)
-		if len(p.DeltaEnds) != 0 && len(p.DeltaEnds) != n || len(p.DeltaEnds) == 0 && n != 1 {
+		if len(p.DeltaEnds) != 0 && (len(p.DeltaEnds) != n || !validEnds(p.DeltaEnds, len(d.Text))) || len(p.DeltaEnds) == 0 && n != 1 {
 			isDelta = false // boundaries unknown: keep it whole
 		}
 	}
@@ -143,10 +165,12 @@ func (l *Log) append(p Part, d delta, isDelta bool) (int, error) {
 	base := uint32(len(e.text))
 	e.text = append(e.text, d.Text...)
 	if len(p.DeltaEnds) == 0 {
-		e.ends = append(e.ends, uint32(len(e.text)))
+		e.ends.add(base, uint32(len(d.Text)))
 	} else {
+		start := base
 		for _, end := range p.DeltaEnds {
-			e.ends = append(e.ends, base+end)
+			e.ends.add(start, base+end-start)
+			start = base + end
 		}
 	}
 	e.last = p.Seq
@@ -172,10 +196,7 @@ func (l *Log) After(after int64) View {
 	// Copy the entries: the last one's fields change as deltas join it.
 	es := make([]logEntry, len(l.entries)-i)
 	for j := range es {
-		e := l.entries[i+j]
-		e.text = e.text[:len(e.text):len(e.text)]
-		e.ends = e.ends[:len(e.ends):len(e.ends)]
-		es[j] = e
+		es[j] = l.entries[i+j].clip()
 	}
 	return View{after: after, entries: es}
 }
@@ -194,9 +215,7 @@ func (l *Log) Snapshot() Snapshot {
 	if k == 0 {
 		return Snapshot{}
 	}
-	e := l.entries[k-1]
-	e.text = e.text[:len(e.text):len(e.text)]
-	e.ends = e.ends[:len(e.ends):len(e.ends)]
+	e := l.entries[k-1].clip()
 	return Snapshot{entries: l.entries[: k-1 : k-1], last: &e}
 }
 
@@ -252,18 +271,12 @@ func (e *logEntry) render(from int64) Part {
 		return Part{Seq: e.last, FirstSeq: e.first, Role: e.role, Data: e.data}
 	}
 	k := int(from - e.first) // index of the first delta rendered
-	var start uint32
-	if k > 0 {
-		start = e.ends[k-1]
-	}
-	d := delta{Index: e.d.Index, Type: e.d.Type, Text: string(e.text[start:e.ends[len(e.ends)-1]])}
+	start := e.ends.start(k)
+	d := delta{Index: e.d.Index, Type: e.d.Type, Text: string(e.text[start:])}
 	data, _ := json.Marshal(d)
 	p := Part{Seq: e.last, FirstSeq: from, Role: e.role, Data: data}
-	if n := len(e.ends) - k; n > 1 {
-		p.DeltaEnds = make([]uint32, n)
-		for j := range n {
-			p.DeltaEnds[j] = e.ends[k+j] - start
-		}
+	if e.ends.len()-k > 1 {
+		p.DeltaEnds = e.ends.endsFrom(k, start)
 	}
 	return p
 }
@@ -281,13 +294,10 @@ func (p Part) Trim(after int64) (Part, bool) {
 		return p, true
 	}
 	d, ok := parseDelta(p.Data)
-	if !ok || len(p.DeltaEnds) != int(p.Seq-first+1) {
+	if !ok || len(p.DeltaEnds) != int(p.Seq-first+1) || !validEnds(p.DeltaEnds, len(d.Text)) {
 		return Part{}, false
 	}
-	e := logEntry{first: first, last: p.Seq, role: p.Role, isDelta: true, d: d, text: []byte(d.Text), ends: p.DeltaEnds}
-	if int(e.ends[len(e.ends)-1]) != len(e.text) {
-		return Part{}, false
-	}
+	e := logEntry{first: first, last: p.Seq, role: p.Role, isDelta: true, d: d, text: []byte(d.Text), ends: endsOf(p.DeltaEnds)}
 	return e.render(after + 1), true
 }
 
@@ -297,4 +307,35 @@ func (p Part) First() int64 {
 		return p.Seq
 	}
 	return p.FirstSeq
+}
+
+// deltaText joins the text of the snapshot's deltas of role, part index and
+// type typ.
+func (s Snapshot) deltaText(role string, index int, typ string) string {
+	if s.last == nil {
+		return ""
+	}
+	match := func(e *logEntry) bool {
+		return e.isDelta && e.role == role && e.d.Index == index && e.d.Type == typ
+	}
+	n := 0
+	for i := range s.entries {
+		if match(&s.entries[i]) {
+			n += len(s.entries[i].text)
+		}
+	}
+	if match(s.last) {
+		n += len(s.last.text)
+	}
+	var sb strings.Builder
+	sb.Grow(n)
+	for i := range s.entries {
+		if match(&s.entries[i]) {
+			sb.Write(s.entries[i].text)
+		}
+	}
+	if match(s.last) {
+		sb.Write(s.last.text)
+	}
+	return sb.String()
 }

@@ -208,6 +208,13 @@ func (t *Telemetry) setupTraces(ctx context.Context, res *resource.Resource, pro
 	if opts.SpanProcessor != nil {
 		topts = append(topts, sdktrace.WithSpanProcessor(opts.SpanProcessor))
 	}
+	if !t.OTLPTraces && opts.SpanExporter == nil && opts.SpanProcessor == nil {
+		// Spans nobody receives are not recorded: each is then only its
+		// context (the trace and span IDs the logs carry). A worker holds
+		// a turn, step and stream span open for every running chat, for
+		// minutes; recorded, with their attributes, they cost KiBs a chat.
+		topts = append(topts, sdktrace.WithSampler(sdktrace.NeverSample()))
+	}
 	t.TracerProvider = sdktrace.NewTracerProvider(topts...)
 	t.shutdown = append(t.shutdown, t.TracerProvider.Shutdown)
 	return nil

@@ -254,3 +254,24 @@ func TestLogHandlerAddsTraceIDs(t *testing.T) {
 	require.Contains(t, lines[0], `"chat_id":"c1"`)
 	require.NotContains(t, lines[1], "trace_id")
 }
+
+// TestSpansNobodyReceivesAreNotRecorded: with no exporter and no processor
+// a span records nothing (a worker's running chats hold theirs open for
+// minutes), yet it still has the IDs the logs carry; with an exporter it
+// records.
+func TestSpansNobodyReceivesAreNotRecorded(t *testing.T) {
+	t.Parallel()
+	tel := setup(t, telemetry.Options{})
+	var buf bytes.Buffer
+	log := slog.New(telemetry.NewLogHandler(slog.NewJSONHandler(&buf, nil)))
+	ctx, span := tel.TracerProvider.Tracer("t").Start(context.Background(), "s")
+	require.False(t, span.IsRecording())
+	log.InfoContext(ctx, "inside")
+	span.End()
+	require.Contains(t, buf.String(), `"trace_id":"`+span.SpanContext().TraceID().String()+`"`)
+
+	exported := setup(t, telemetry.Options{SpanExporter: tracetest.NewInMemoryExporter()})
+	_, span = exported.TracerProvider.Tracer("t").Start(context.Background(), "s")
+	require.True(t, span.IsRecording())
+	span.End()
+}

@@ -87,6 +87,26 @@ func Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// timerSleep is Sleep with one timer for a whole stream: a stream of
+// thousands of tokens makes one timer, not one per token.
+func timerSleep() Sleeper {
+	var t *time.Timer
+	return func(ctx context.Context, d time.Duration) error {
+		if t == nil {
+			t = time.NewTimer(d)
+		} else {
+			t.Reset(d) // since Go 1.23 a Reset timer delivers no stale tick
+		}
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+			return nil
+		}
+	}
+}
+
 // Model is the scripted model. It is safe for concurrent use.
 type Model struct {
 	info  llm.Info
@@ -109,7 +129,6 @@ func New(opts ...Option) *Model {
 			Provider: string(modelconfig.ProviderScripted), ProviderType: string(modelconfig.ProviderScripted),
 			Model: modelconfig.ScriptedModel, ContextLimit: modelconfig.ScriptedContextLimit,
 		},
-		sleep: Sleep,
 	}
 	for _, o := range opts {
 		o(m)
@@ -151,7 +170,11 @@ func (m *Model) Stream(ctx context.Context, req llm.Request) iter.Seq2[llm.Event
 			yield(llm.Event{}, llm.ContextError(ctx))
 			return
 		}
-		e := emitter{ctx: ctx, yield: yield, sleep: m.sleep}
+		sleep := m.sleep
+		if sleep == nil {
+			sleep = timerSleep()
+		}
+		e := emitter{ctx: ctx, yield: yield, sleep: sleep}
 		if toolResultsArrived(req.Messages) {
 			s = script{segments: []segment{{kind: segReply, text: "done"}}, usage: s.usage}
 		}

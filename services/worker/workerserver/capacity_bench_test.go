@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
+	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
 // benchChats reads CHATD_BENCH_CHATS (default 1000).
@@ -27,49 +29,95 @@ func benchChats(b *testing.B) int {
 	return 1000
 }
 
+// benchAcquireTimeout reads CHATD_BENCH_ACQUIRE_TIMEOUT (default 5m): how
+// long the worker has to acquire every chat.
+func benchAcquireTimeout(b *testing.B) time.Duration {
+	if v := os.Getenv("CHATD_BENCH_ACQUIRE_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("CHATD_BENCH_ACQUIRE_TIMEOUT: %v", err)
+		}
+		return d
+	}
+	return 5 * time.Minute
+}
+
 // BenchmarkHeldStreamingChats: one worker process holds N chats whose
 // scripted model streams 20 tokens/s each, for two full lease periods'
-// worth of heartbeats. Reports how many it held, how many leases lapsed
-// (must be 0), the worst heartbeat age seen, and heap per runner: as the
-// worker's go_memstats_heap_inuse_bytes reads at the end (heap-KiB/runner)
-// and after a collection (heap-live-KiB/runner). Run with -benchtime 1x;
-// CHATD_BENCH_CHATS sets N; CHATD_BENCH_HEAP_PROFILE=<file> writes the heap
-// profile while the chats are held (the worker runs in the benchmark's
-// process).
+// worth of heartbeats. Run with -benchtime 1x; CHATD_BENCH_CHATS sets N.
+// It reports:
+//
+//   - chats-held, and acquire-s: how long the worker took to acquire them
+//     all (it has CHATD_BENCH_ACQUIRE_TIMEOUT, 5m by default);
+//     streamed-s/chat: how long a chat had streamed at the end, on average
+//     (its answer's length, and so its memory, grows with it);
+//   - leases-lapsed (must be 0) and worst-heartbeat-age-s over the watch;
+//   - heap-inuse-KiB/chat: what an operator reads, the worker's
+//     go_memstats_heap_inuse_bytes scraped from its /metrics every second
+//     of the watch, less the process's heap in use before the worker
+//     started, over the chats (the mean; heap-inuse-max-KiB/chat the
+//     highest);
+//   - heap-live-KiB/runner: the live heap after a collection at the end,
+//     less before, over the chats: what each running chat keeps reachable;
+//   - stack-KiB/runner: goroutine stacks, which are not heap;
+//   - goroutines/runner.
+//
+// The two heap figures differ by what the heap in use holds beside live
+// objects: garbage not yet collected (the collector lets the heap grow to
+// twice the live heap, GOGC=100, before it runs), the free room in spans
+// that hold live objects of other chats, and the worker's fixed costs
+// shared out. It prints the heap profile's top holders (as pprof -top,
+// by the first function outside the runtime), and
+// CHATD_BENCH_HEAP_PROFILE=<file> writes the whole profile (the worker
+// runs in the benchmark's process).
 func BenchmarkHeldStreamingChats(b *testing.B) {
 	n := benchChats(b)
+	// A finer sample than the default 512 KiB, so that the profile's
+	// holders of a few KiB a chat show.
+	runtime.MemProfileRate = 64 << 10
 	e := newE2E(b)
-	ctx, pool, m, dbURL, natsURL := e.ctx, e.pool, e.m, e.dbURL, e.natsURL
-	for i := 0; i < n; i++ {
-		_, err := m.Create(ctx, chatstate.CreateParams{
-			ID: uuid.New(), OrganizationID: e.org, OwnerID: e.user, Title: "load",
-			Messages: []chatstate.NewMessage{chatstate.UserMessage(chatmsg.Content{chatmsg.Text("::stream 1000000 20")})},
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	ctx, pool, dbURL, natsURL := e.ctx, e.pool, e.dbURL, e.natsURL
+	createChats(b, e, n, "::stream 1000000 20")
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)
 
 	b.ResetTimer()
 	for iter := 0; iter < b.N; iter++ {
-		startWorker(b, dbURL, natsURL)
+		metricsAddr := servicetest.FreeAddr(b)
+		started := time.Now()
+		startWorkerWith(b, dbURL, natsURL, func(c *Config) {
+			c.MetricsAddr = metricsAddr
+			c.Embedded.DBTracer = nil // the tests' transaction guard: a worker runs without it
+		})
 		held := func() int {
 			var c int
 			_ = pool.QueryRow(ctx, "SELECT count(*) FROM chats WHERE worker_id IS NOT NULL").Scan(&c)
 			return c
 		}
-		deadline := time.Now().Add(5 * time.Minute)
-		for held() < n && time.Now().Before(deadline) {
-			time.Sleep(200 * time.Millisecond) // a load tool polling the database, not a test
+		deadline := started.Add(benchAcquireTimeout(b))
+		// heldAt is when the chats were first seen held, for how long each
+		// had streamed by the end.
+		type heldSince struct {
+			at    time.Time
+			chats int
 		}
-		if got := held(); got < n {
-			b.Fatalf("the worker holds %d of %d chats after 5 minutes", got, n)
+		var heldAt []heldSince
+		got, prev := held(), 0
+		heldAt = append(heldAt, heldSince{at: time.Now(), chats: got})
+		for got < n && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond) // a load tool polling the database, not a test
+			got, prev = held(), got
+			if got > prev {
+				heldAt = append(heldAt, heldSince{at: time.Now(), chats: got - prev})
+			}
+		}
+		acquired := time.Since(started)
+		if got < n {
+			b.Errorf("the worker holds %d of %d chats after %s", got, n, acquired.Round(time.Second))
 		}
 		runners := map[uuid.UUID]uuid.UUID{}
-		rows, err := pool.Query(ctx, "SELECT id, runner_id FROM chats")
+		rows, err := pool.Query(ctx, "SELECT id, runner_id FROM chats WHERE runner_id IS NOT NULL")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -82,8 +130,12 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 		}
 		rows.Close()
 
-		// Watch two lease periods (60 s): every heartbeat fresh, no runner replaced.
+		// Watch two lease periods (60 s): every heartbeat fresh, no runner
+		// replaced; the heap in use read as an operator's scraper does.
 		var worstAge time.Duration
+		var inuseSum, inuseMax float64
+		var scrapes int
+		metricsURL := "http://" + metricsAddr + "/metrics"
 		watchUntil := time.Now().Add(60 * time.Second)
 		for time.Now().Before(watchUntil) {
 			var age float64
@@ -94,37 +146,36 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 			if d := time.Duration(age * float64(time.Second)); d > worstAge {
 				worstAge = d
 			}
+			if v, err := scrapeGauge(metricsURL, "go_memstats_heap_inuse_bytes"); err != nil {
+				b.Logf("scrape %s: %v", metricsURL, err)
+			} else {
+				inuseSum += v
+				inuseMax = max(inuseMax, v)
+				scrapes++
+			}
 			time.Sleep(time.Second)
 		}
 		lapsed := 0
-		rows, err = pool.Query(ctx, "SELECT id, runner_id, status FROM chats")
-		if err != nil {
-			b.Fatal(err)
-		}
-		for rows.Next() {
-			var id uuid.UUID
-			var runner *uuid.UUID
+		for id, runner := range runners {
+			var now *uuid.UUID
 			var status string
-			if err := rows.Scan(&id, &runner, &status); err != nil {
+			if err := pool.QueryRow(ctx, "SELECT runner_id, status FROM chats WHERE id = $1", id).Scan(&now, &status); err != nil {
 				b.Fatal(err)
 			}
-			if runner == nil || *runner != runners[id] || status != "running" {
+			if now == nil || *now != runner || status != "running" {
 				lapsed++
 			}
 		}
-		rows.Close()
-		// What an operator reads from the worker's /metrics
-		// (go_memstats_heap_inuse_bytes) at any moment: live objects plus
-		// spans holding garbage not yet collected, and the worker's fixed
-		// costs (pools, caches) shared out over the chats.
-		var after runtime.MemStats
-		runtime.ReadMemStats(&after)
-		// After a collection: what the running chats keep alive.
+		end := time.Now()
+		var streamed time.Duration
+		for _, h := range heldAt {
+			streamed += end.Sub(h.at) * time.Duration(h.chats)
+		}
+		// After a collection: what the running chats keep alive, and where.
 		runtime.GC()
 		var live runtime.MemStats
 		runtime.ReadMemStats(&live)
-		// CHATD_BENCH_HEAP_PROFILE: where the held chats' heap goes, while
-		// they are held (go tool pprof -sample_index=inuse_space -top).
+		fmt.Fprint(os.Stderr, heapSummary(heapHolders(), got, 15))
 		if path := os.Getenv("CHATD_BENCH_HEAP_PROFILE"); path != "" {
 			f, err := os.Create(path)
 			if err != nil {
@@ -135,12 +186,47 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 			}
 			_ = f.Close()
 		}
-		b.ReportMetric(float64(n), "chats-held")
+		perChat := func(v float64) float64 { return v / float64(max(got, 1)) / 1024 }
+		b.ReportMetric(float64(got), "chats-held")
+		b.ReportMetric(acquired.Seconds(), "acquire-s")
+		b.ReportMetric(streamed.Seconds()/float64(max(got, 1)), "streamed-s/chat")
 		b.ReportMetric(float64(lapsed), "leases-lapsed")
 		b.ReportMetric(worstAge.Seconds(), "worst-heartbeat-age-s")
-		b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/float64(n)/1024, "heap-KiB/runner")
-		b.ReportMetric(float64(int64(live.HeapInuse)-int64(before.HeapInuse))/float64(n)/1024, "heap-live-KiB/runner")
-		b.ReportMetric(float64(runtime.NumGoroutine())/float64(n), "goroutines/runner")
-		fmt.Fprintf(os.Stderr, "held %d chats, %d lapsed, worst heartbeat age %s\n", n, lapsed, worstAge)
+		if scrapes > 0 {
+			b.ReportMetric(perChat(inuseSum/float64(scrapes)-float64(before.HeapInuse)), "heap-inuse-KiB/chat")
+			b.ReportMetric(perChat(inuseMax-float64(before.HeapInuse)), "heap-inuse-max-KiB/chat")
+		}
+		b.ReportMetric(perChat(float64(live.HeapAlloc)-float64(before.HeapAlloc)), "heap-live-KiB/runner")
+		b.ReportMetric(perChat(float64(live.StackInuse)-float64(before.StackInuse)), "stack-KiB/runner")
+		b.ReportMetric(float64(runtime.NumGoroutine())/float64(max(got, 1)), "goroutines/runner")
+		fmt.Fprintf(os.Stderr, "held %d chats (acquired in %s), %d lapsed, worst heartbeat age %s\n",
+			got, acquired.Round(time.Second), lapsed, worstAge)
+	}
+}
+
+// createChats creates n chats whose first message is prompt, a few at a
+// time.
+func createChats(b *testing.B, e *e2e, n int, prompt string) {
+	const workers = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < n; i += workers {
+				_, err := e.m.Create(e.ctx, chatstate.CreateParams{
+					ID: uuid.New(), OrganizationID: e.org, OwnerID: e.user, Title: "load",
+					Messages: []chatstate.NewMessage{chatstate.UserMessage(chatmsg.Content{chatmsg.Text(prompt)})},
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
 	}
 }

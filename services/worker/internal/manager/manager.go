@@ -317,15 +317,19 @@ func (m *Manager) spawn(ctx context.Context, spec runner.Spec) {
 	rctx, cancel := context.WithCancel(ctx)
 	e := &entry{r: m.cfg.Factory(m.deps, spec), cancel: cancel, done: make(chan struct{}), renewedAt: m.cfg.Clock.Now()}
 	rs[spec.RunnerID] = e
+	// The goroutine keeps the runner's key, not its spec: Spec.First holds
+	// the history the first step was decided on, which the runner lets go
+	// once the step took it.
+	k := Key{ChatID: spec.ChatID, RunnerID: spec.RunnerID}
 	go func() {
 		defer close(e.done)
 		if err := e.r.Run(rctx); err != nil && rctx.Err() == nil {
-			m.cfg.Log.Warn("runner exited", "chat_id", spec.ChatID.String(),
-				"runner_id", spec.RunnerID.String(), "error", err.Error())
+			m.cfg.Log.Warn("runner exited", "chat_id", k.ChatID.String(),
+				"runner_id", k.RunnerID.String(), "error", err.Error())
 		}
 		// A runner that returns on its own is cleaned up like any other.
 		if rctx.Err() == nil {
-			m.RequestCleanup(spec.ChatID, spec.RunnerID)
+			m.RequestCleanup(k.ChatID, k.RunnerID)
 		}
 	}()
 }

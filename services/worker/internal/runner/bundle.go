@@ -169,6 +169,13 @@ type firstStep struct {
 	step *FirstStep
 }
 
+// peek returns the step without taking it.
+func (f *firstStep) peek() *FirstStep {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.step
+}
+
 // takeFirstStep returns the step decided in the Acquire bundle if in is
 // the work it was decided for (the same history version and status under
 // this runner's fence). The first generation goroutine takes it or drops

@@ -105,7 +105,7 @@ func (r *runner) generate(ctx context.Context, in intent) error {
 			case planTools:
 				return false, r.runOpenCalls(ctx, in, p)
 			}
-			return r.attempt(ctx, in, p)
+			return r.attempt(ctx, in, &p)
 		})
 		if err != nil || !again {
 			return err
@@ -283,22 +283,27 @@ func (r *runner) finishError(ctx context.Context, in intent, msg string) error {
 // their results; then the loop decides again. A retryable failure records
 // RecordRetryState and waits out a backoff (again is true then); any
 // other failure applies FinishError.
-func (r *runner) attempt(ctx context.Context, in intent, p plan) (again bool, err error) {
+//
+// The history p was decided on is let go once the request is built from
+// it, and the request once the model has it: a call streams for minutes,
+// and the step keeps no more of the chat than it needs to store it.
+func (r *runner) attempt(ctx context.Context, in intent, p *plan) (again bool, err error) {
 	if p.compaction != nil {
-		return r.compact(ctx, in, p)
+		return r.compact(ctx, in, *p)
 	}
-	call, err := r.prepare(ctx, in, p)
+	call, err := r.prepare(ctx, in, *p)
 	if err != nil || call == nil {
 		return false, err // nil call: the preparation ended the turn
 	}
+	p.msgs = nil
 	ctx = call.onModel(ctx)
 	invoked := r.clock.Now()
-	resp, callErr := r.callModel(ctx, in, p, call)
+	resp, callErr := r.callModel(ctx, in, *p, call)
 	switch {
 	case ctx.Err() != nil:
 		return false, ctx.Err()
 	case callErr == nil:
-		return false, r.storeStep(ctx, in, p, call.cfg, call.tools, resp, r.clock.Now().Sub(invoked))
+		return false, r.storeStep(ctx, in, *p, call.cfg, call.tools, resp, r.clock.Now().Sub(invoked))
 	case errors.Is(callErr, errTurnLimit):
 		return false, r.finishError(ctx, in, turnLimitMessage(r.cfg.TurnMaxDuration))
 	case !llm.IsRetryable(callErr):

@@ -107,8 +107,13 @@ func newRunner(deps Deps, spec Spec) Runner {
 		TracerProvider: deps.TracerProvider, MeterProvider: deps.MeterProvider, Now: clock.Now,
 		DisableMetrics: !telemetry.StageMetricsEnabled(experiments),
 	})
+	// The first step (with the history it was decided on) is handed to
+	// the first generation goroutine and kept nowhere else: r.spec lives
+	// as long as the runner.
+	first := spec.First
+	spec.First = nil
 	return &runner{
-		first: firstStep{step: spec.First},
+		first: firstStep{step: first},
 		deps:  deps, cfg: deps.Config.withDefaults(), spec: spec, clock: clock,
 		log:    log.With(telemetry.ChatAttr(spec.ChatID), telemetry.RunnerAttr(spec.RunnerID)),
 		stages: stages,
@@ -165,8 +170,9 @@ func (r *runner) Run(ctx context.Context) error {
 		r.wg.Wait()
 		r.turns.exit(r.clock.Now())
 	}()
-	first := r.spec.First
-	if first != nil {
+	decided := false
+	if first := r.first.peek(); first != nil {
+		decided = true
 		// The Acquire bundle's snapshot starts the first step at once,
 		// before the subscription below: its round trip to NATS is on the
 		// way to the turn's first part. The fetch after subscribing still
@@ -198,7 +204,7 @@ func (r *runner) Run(ctx context.Context) error {
 	})
 	defer kept.Stop()
 
-	if first != nil {
+	if decided {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()

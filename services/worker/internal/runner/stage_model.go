@@ -2,13 +2,11 @@ package runner
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
-	"github.com/chatd/chatd/pkg/chatstate"
 	"github.com/chatd/chatd/pkg/llm"
 	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/telemetry"
@@ -17,11 +15,14 @@ import (
 
 // callModel is the "call the model" stage: one streamed call in the
 // part-buffer episode of the history version and generation attempt, so
-// watchers see the response token by token.
+// watchers see the response token by token. The call takes call's request
+// (the prompt): the step keeps it no longer than the model does.
 func (r *runner) callModel(ctx context.Context, in intent, p plan, call *preparedCall) (llm.Response, error) {
 	ep := partbuf.Episode{ChatID: r.spec.ChatID, HistoryVersion: in.HistoryVersion, GenerationAttempt: p.chat.GenerationAttempt}
 	timeline.Mark("worker.model.call")
-	return r.stream(ctx, call.model, call.req, ep, p.turnDeadline)
+	req := call.req
+	call.req = llm.Request{}
+	return r.stream(ctx, call.model, req, ep, p.turnDeadline)
 }
 
 // streamPart is the JSON of one streamed delta in the part buffer: the
@@ -33,15 +34,20 @@ type streamPart struct {
 
 // stream runs one model call in its own part-buffer episode, with the
 // first-token and idle timeouts and the turn deadline on the runner's clock
-// (streamwatch.go).
+// (streamwatch.go). The response's text is held once, in the episode
+// (answer.go).
 func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, ep partbuf.Episode, turnDeadline time.Time) (llm.Response, error) {
+	owned := false
 	if buf := r.deps.Parts; buf != nil {
 		if err := buf.CreateEpisode(ep); err != nil {
 			r.log.Debug("create episode", slog.String("episode", ep.String()), slog.String("error", err.Error()))
+		} else {
+			owned = true
 		}
 		defer buf.CloseEpisode(ep)
 		_ = buf.StartModelInvocation(ep)
 	}
+	ans := newAnswer(r.deps.Parts, ep, owned)
 	watch := r.watchStream(ctx, turnDeadline)
 	defer watch.stop()
 	sctx := watch.ctx
@@ -49,23 +55,23 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 	sctx, streamStage := r.stages.Start(sctx, telemetry.StageStream, telemetry.WithModel(sm))
 	_, ttft := r.stages.Start(sctx, telemetry.StageTTFT, telemetry.WithModel(sm))
 	thinking := newThinkingParts()
-	var acc llm.Accumulator
 	var callErr error
+	var output bool // an output part arrived: the ttft window is closed
 	for ev, err := range model.Stream(sctx, req) {
 		if err != nil {
 			callErr = err
 			break
 		}
 		watch.event()
-		if isOutputPart(ev) {
-			ttft.End(nil) // the first output part closes the window; later Ends are no-ops
+		if !output && isOutputPart(ev) {
+			output = true
+			ttft.End(nil) // the first output part closes the window
 		}
 		thinking.observe(ev, r.clock.Now())
-		if err := acc.Add(ev); err != nil {
+		if err := ans.add(ev); err != nil {
 			callErr = llm.NewFatal(err)
 			break
 		}
-		r.bufferPart(ep, ev)
 	}
 	defer func() {
 		end := r.clock.Now()
@@ -74,38 +80,9 @@ func (r *runner) stream(ctx context.Context, model llm.Model, req llm.Request, e
 		thinking.record(sctx, r.stages, sm)
 		streamStage.EndAt(end, stageError(ctx, callErr))
 	}()
-	if callErr == nil && !acc.Finished() {
+	if callErr == nil && !ans.acc.Finished() {
 		callErr = llm.NewRetryable(errors.New("the model stream ended without a finish event"))
 	}
 	callErr = watch.err(ctx, callErr)
-	return llm.Response{Content: acc.Content(), Usage: acc.Usage(), FinishReason: acc.FinishReason()}, callErr
-}
-
-// bufferPart adds a streamed delta to the episode, best effort.
-func (r *runner) bufferPart(ep partbuf.Episode, ev llm.Event) {
-	if r.deps.Parts == nil {
-		return
-	}
-	var part chatmsg.Part
-	switch ev.Type {
-	case llm.EventTextDelta:
-		part = chatmsg.Part{Type: chatmsg.PartText, Text: ev.Delta}
-	case llm.EventReasoningDelta:
-		part = chatmsg.Part{Type: chatmsg.PartReasoning, Text: ev.Delta}
-	case llm.EventToolCall:
-		if !json.Valid(ev.ToolCall.Input) {
-			return
-		}
-		part = chatmsg.ToolCall(ev.ToolCall.ID, ev.ToolCall.Name, ev.ToolCall.Input)
-	default:
-		return
-	}
-	data, err := json.Marshal(streamPart{Index: ev.Part, Part: part})
-	if err != nil {
-		return
-	}
-	seq, _ := r.deps.Parts.AddPart(ep, string(chatstate.RoleAssistant), data)
-	if seq == 1 {
-		timeline.Mark("worker.part1")
-	}
+	return ans.response(), callErr
 }
