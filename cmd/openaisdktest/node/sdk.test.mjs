@@ -140,6 +140,40 @@ test("errors arrive as the SDK's error classes", async () => {
   });
 });
 
-// Function tools: the round trip — a response ending with a function_call
-// item, then its function_call_output sent with previous_response_id —
-// belongs here once /v1 accepts function tools.
+test("a function tool round trip: the call ends the response, its output continues the turn", async () => {
+  const m = await model();
+  const tools = [{
+    type: "function", name: "get_weather", strict: true,
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"], additionalProperties: false },
+  }];
+  const events = await read(await client.responses.create({
+    model: m, tools, stream: true, input: '::tool get_weather {"city":"Paris"}',
+  }));
+  assertContiguous(events);
+  const done = events.find((e) => e.type === "response.function_call_arguments.done");
+  assert.ok(done, `no function_call_arguments.done in ${events.map((e) => e.type)}`);
+  assert.deepEqual(JSON.parse(done.arguments), { city: "Paris" });
+  const first = events.at(-1).response;
+  assert.equal(events.at(-1).type, "response.completed");
+  const call = first.output.find((i) => i.type === "function_call");
+  assert.ok(call, "the response ends with its function_call item");
+  assert.equal(call.name, "get_weather");
+  assert.equal(call.id, done.item_id);
+
+  const second = await client.responses.create({
+    model: m, tools, previous_response_id: first.id,
+    input: [{ type: "function_call_output", call_id: call.call_id, output: '{"temp_c":21}' }],
+  });
+  assert.equal(second.status, "completed");
+  assert.equal(second.output_text, "done", "the scripted model answers the tool's result");
+  const inputs = await client.responses.inputItems.list(second.id);
+  assert.deepEqual(inputs.data.map((i) => [i.type, i.call_id]), [["function_call_output", call.call_id]]);
+
+  await assert.rejects(client.responses.create({
+    model: m, input: "search", tools: [{ type: "web_search" }],
+  }), (err) => {
+    assert.ok(err instanceof OpenAI.BadRequestError, String(err));
+    assert.equal(err.param, "tools[0].type");
+    return true;
+  });
+});
