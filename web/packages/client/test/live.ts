@@ -45,7 +45,10 @@ export async function converse(client: ChatdClient, chat: { id?: string }, event
 
   // A streamed reply with reasoning (message_part, message, status).
   await client.sendMessage(chat.id!, { content: [{ type: 'text', text: '::think pondering\n::stream 12 40' }] });
-  await waitFor('the reply streaming', () => count('message_part') > 3);
+  // A stream cut mid-reply resumes with the reply's parts coalesced (or,
+  // once it ended, with the message alone), so one part is all a cut
+  // caller is sure to see.
+  await waitFor('the reply streaming', () => count('message_part') > 0);
   await waiting('the reply', 2);
   // retry + preview_reset: a retryable failure, then a reply.
   await client.sendMessage(chat.id!, { content: [{ type: 'text', text: '::fail retryable 1\n::stream 5 0' }] });
