@@ -68,7 +68,9 @@ func benchAcquireTimeout(b *testing.B) time.Duration {
 //   - heap-live-KiB/runner: the live heap after a collection at the end,
 //     less before, over the chats: what each running chat keeps reachable;
 //   - stack-KiB/runner: goroutine stacks, which are not heap;
-//   - goroutines/runner.
+//   - goroutines/runner;
+//   - stop-s: how long the worker took to stop (a 5 s drain, then every
+//     chat released).
 //
 // The two heap figures differ by what the heap in use holds beside live
 // objects: garbage not yet collected (the collector lets the heap grow to
@@ -94,7 +96,7 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 	for iter := 0; iter < b.N; iter++ {
 		metricsAddr := servicetest.FreeAddr(b)
 		started := time.Now()
-		_, grpcAddr := startWorkerWith(b, dbURL, natsURL, func(c *Config) {
+		stopWorker, grpcAddr := startWorkerWith(b, dbURL, natsURL, func(c *Config) {
 			c.MetricsAddr = metricsAddr
 			c.Embedded.DBTracer = nil // the tests' transaction guard: a worker runs without it
 		})
@@ -194,6 +196,7 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 		runtime.GC()
 		var live runtime.MemStats
 		runtime.ReadMemStats(&live)
+		goroutines := runtime.NumGoroutine()
 		fmt.Fprint(os.Stderr, heapSummary(heapHolders(), got, 15))
 		if path := os.Getenv("CHATD_BENCH_HEAP_PROFILE"); path != "" {
 			f, err := os.Create(path)
@@ -205,23 +208,44 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 			}
 			_ = f.Close()
 		}
+		// Stopping is a drain (5 s here) and the release of every chat.
+		stopping := time.Now()
+		stopWorker()
+		stopped := time.Since(stopping)
+
 		perChat := func(v float64) float64 { return v / float64(max(got, 1)) / 1024 }
-		b.ReportMetric(float64(got), "chats-held")
-		b.ReportMetric(acquired.Seconds(), "acquire-s")
-		b.ReportMetric(streamed.Seconds()/float64(max(got, 1)), "streamed-s/chat")
-		b.ReportMetric(tokensPerSecond, "tokens/s/chat")
-		b.ReportMetric(float64(lapsed), "leases-lapsed")
-		b.ReportMetric(worstAge.Seconds(), "worst-heartbeat-age-s")
-		if scrapes > 0 {
-			b.ReportMetric(perChat(inuseSum/float64(scrapes)-float64(before.HeapInuse)), "heap-inuse-KiB/chat")
-			b.ReportMetric(perChat(inuseMax-float64(before.HeapInuse)), "heap-inuse-max-KiB/chat")
+		metrics := []benchMetric{
+			{float64(got), "chats-held"},
+			{acquired.Seconds(), "acquire-s"},
+			{streamed.Seconds() / float64(max(got, 1)), "streamed-s/chat"},
+			{tokensPerSecond, "tokens/s/chat"},
+			{float64(lapsed), "leases-lapsed"},
+			{worstAge.Seconds(), "worst-heartbeat-age-s"},
+			{perChat(float64(live.HeapAlloc) - float64(before.HeapAlloc)), "heap-live-KiB/runner"},
+			{perChat(float64(live.StackInuse) - float64(before.StackInuse)), "stack-KiB/runner"},
+			{float64(goroutines) / float64(max(got, 1)), "goroutines/runner"},
+			{stopped.Seconds(), "stop-s"},
 		}
-		b.ReportMetric(perChat(float64(live.HeapAlloc)-float64(before.HeapAlloc)), "heap-live-KiB/runner")
-		b.ReportMetric(perChat(float64(live.StackInuse)-float64(before.StackInuse)), "stack-KiB/runner")
-		b.ReportMetric(float64(runtime.NumGoroutine())/float64(max(got, 1)), "goroutines/runner")
-		fmt.Fprintf(os.Stderr, "held %d chats (acquired in %s), %d lapsed, worst heartbeat age %s\n",
-			got, acquired.Round(time.Second), lapsed, worstAge)
+		if scrapes > 0 {
+			metrics = append(metrics,
+				benchMetric{perChat(inuseSum/float64(scrapes) - float64(before.HeapInuse)), "heap-inuse-KiB/chat"},
+				benchMetric{perChat(inuseMax - float64(before.HeapInuse)), "heap-inuse-max-KiB/chat"})
+		}
+		// Printed as well as reported: a failure (a chat not acquired, a
+		// slow stop) drops the reported metrics.
+		for _, m := range metrics {
+			b.ReportMetric(m.v, m.unit)
+			fmt.Fprintf(os.Stderr, "%.4g %s  ", m.v, m.unit)
+		}
+		fmt.Fprintf(os.Stderr, "\nheld %d chats (acquired in %s), %d lapsed, worst heartbeat age %s, stopped in %s\n",
+			got, acquired.Round(time.Second), lapsed, worstAge, stopped.Round(time.Second))
 	}
+}
+
+// benchMetric is one figure a benchmark reports, and its unit.
+type benchMetric struct {
+	v    float64
+	unit string
 }
 
 // createChats creates n chats whose first message is prompt, a few at a
