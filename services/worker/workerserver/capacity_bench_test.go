@@ -1,6 +1,7 @@
 package workerserver
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -11,9 +12,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/chatd/chatd/pkg/chatmsg"
 	"github.com/chatd/chatd/pkg/chatstate"
+	chatdv1 "github.com/chatd/chatd/pkg/gen/chatd/v1"
+	"github.com/chatd/chatd/pkg/partbuf"
 	"github.com/chatd/chatd/pkg/service/servicetest"
 )
 
@@ -51,6 +56,9 @@ func benchAcquireTimeout(b *testing.B) time.Duration {
 //     all (it has CHATD_BENCH_ACQUIRE_TIMEOUT, 5m by default);
 //     streamed-s/chat: how long a chat had streamed at the end, on average
 //     (its answer's length, and so its memory, grows with it);
+//   - tokens/s/chat: the tokens a sample of 50 chats streamed during the
+//     watch, read from the worker's PartsService (the model asks for 20: a
+//     machine short of CPU delivers fewer);
 //   - leases-lapsed (must be 0) and worst-heartbeat-age-s over the watch;
 //   - heap-inuse-KiB/chat: what an operator reads, the worker's
 //     go_memstats_heap_inuse_bytes scraped from its /metrics every second
@@ -60,7 +68,9 @@ func benchAcquireTimeout(b *testing.B) time.Duration {
 //   - heap-live-KiB/runner: the live heap after a collection at the end,
 //     less before, over the chats: what each running chat keeps reachable;
 //   - stack-KiB/runner: goroutine stacks, which are not heap;
-//   - goroutines/runner.
+//   - goroutines/runner;
+//   - stop-s: how long the worker took to stop (a 5 s drain, then every
+//     chat released).
 //
 // The two heap figures differ by what the heap in use holds beside live
 // objects: garbage not yet collected (the collector lets the heap grow to
@@ -86,7 +96,7 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 	for iter := 0; iter < b.N; iter++ {
 		metricsAddr := servicetest.FreeAddr(b)
 		started := time.Now()
-		startWorkerWith(b, dbURL, natsURL, func(c *Config) {
+		stopWorker, grpcAddr := startWorkerWith(b, dbURL, natsURL, func(c *Config) {
 			c.MetricsAddr = metricsAddr
 			c.Embedded.DBTracer = nil // the tests' transaction guard: a worker runs without it
 		})
@@ -130,6 +140,12 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 		}
 		rows.Close()
 
+		// The tokens a sample of chats streamed during the watch: on a
+		// machine short of CPU the model's 20 tokens/s are not delivered.
+		sample := sampleEpisodes(b, e, 50)
+		seqsBefore := bufferedSeqs(b, e, grpcAddr, sample)
+		watchFrom := time.Now()
+
 		// Watch two lease periods (60 s): every heartbeat fresh, no runner
 		// replaced; the heap in use read as an operator's scraper does.
 		var worstAge time.Duration
@@ -155,6 +171,11 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 			}
 			time.Sleep(time.Second)
 		}
+		var delivered int64
+		for i, seq := range bufferedSeqs(b, e, grpcAddr, sample) {
+			delivered += seq - seqsBefore[i]
+		}
+		tokensPerSecond := float64(delivered) / float64(max(len(sample), 1)) / time.Since(watchFrom).Seconds()
 		lapsed := 0
 		for id, runner := range runners {
 			var now *uuid.UUID
@@ -175,6 +196,7 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 		runtime.GC()
 		var live runtime.MemStats
 		runtime.ReadMemStats(&live)
+		goroutines := runtime.NumGoroutine()
 		fmt.Fprint(os.Stderr, heapSummary(heapHolders(), got, 15))
 		if path := os.Getenv("CHATD_BENCH_HEAP_PROFILE"); path != "" {
 			f, err := os.Create(path)
@@ -186,22 +208,44 @@ func BenchmarkHeldStreamingChats(b *testing.B) {
 			}
 			_ = f.Close()
 		}
+		// Stopping is a drain (5 s here) and the release of every chat.
+		stopping := time.Now()
+		stopWorker()
+		stopped := time.Since(stopping)
+
 		perChat := func(v float64) float64 { return v / float64(max(got, 1)) / 1024 }
-		b.ReportMetric(float64(got), "chats-held")
-		b.ReportMetric(acquired.Seconds(), "acquire-s")
-		b.ReportMetric(streamed.Seconds()/float64(max(got, 1)), "streamed-s/chat")
-		b.ReportMetric(float64(lapsed), "leases-lapsed")
-		b.ReportMetric(worstAge.Seconds(), "worst-heartbeat-age-s")
-		if scrapes > 0 {
-			b.ReportMetric(perChat(inuseSum/float64(scrapes)-float64(before.HeapInuse)), "heap-inuse-KiB/chat")
-			b.ReportMetric(perChat(inuseMax-float64(before.HeapInuse)), "heap-inuse-max-KiB/chat")
+		metrics := []benchMetric{
+			{float64(got), "chats-held"},
+			{acquired.Seconds(), "acquire-s"},
+			{streamed.Seconds() / float64(max(got, 1)), "streamed-s/chat"},
+			{tokensPerSecond, "tokens/s/chat"},
+			{float64(lapsed), "leases-lapsed"},
+			{worstAge.Seconds(), "worst-heartbeat-age-s"},
+			{perChat(float64(live.HeapAlloc) - float64(before.HeapAlloc)), "heap-live-KiB/runner"},
+			{perChat(float64(live.StackInuse) - float64(before.StackInuse)), "stack-KiB/runner"},
+			{float64(goroutines) / float64(max(got, 1)), "goroutines/runner"},
+			{stopped.Seconds(), "stop-s"},
 		}
-		b.ReportMetric(perChat(float64(live.HeapAlloc)-float64(before.HeapAlloc)), "heap-live-KiB/runner")
-		b.ReportMetric(perChat(float64(live.StackInuse)-float64(before.StackInuse)), "stack-KiB/runner")
-		b.ReportMetric(float64(runtime.NumGoroutine())/float64(max(got, 1)), "goroutines/runner")
-		fmt.Fprintf(os.Stderr, "held %d chats (acquired in %s), %d lapsed, worst heartbeat age %s\n",
-			got, acquired.Round(time.Second), lapsed, worstAge)
+		if scrapes > 0 {
+			metrics = append(metrics,
+				benchMetric{perChat(inuseSum/float64(scrapes) - float64(before.HeapInuse)), "heap-inuse-KiB/chat"},
+				benchMetric{perChat(inuseMax - float64(before.HeapInuse)), "heap-inuse-max-KiB/chat"})
+		}
+		// Printed as well as reported: a failure (a chat not acquired, a
+		// slow stop) drops the reported metrics.
+		for _, m := range metrics {
+			b.ReportMetric(m.v, m.unit)
+			fmt.Fprintf(os.Stderr, "%.4g %s  ", m.v, m.unit)
+		}
+		fmt.Fprintf(os.Stderr, "\nheld %d chats (acquired in %s), %d lapsed, worst heartbeat age %s, stopped in %s\n",
+			got, acquired.Round(time.Second), lapsed, worstAge, stopped.Round(time.Second))
 	}
+}
+
+// benchMetric is one figure a benchmark reports, and its unit.
+type benchMetric struct {
+	v    float64
+	unit string
 }
 
 // createChats creates n chats whose first message is prompt, a few at a
@@ -229,4 +273,58 @@ func createChats(b *testing.B, e *e2e, n int, prompt string) {
 	if err := <-errs; err != nil {
 		b.Fatal(err)
 	}
+}
+
+// sampleEpisodes picks up to n running chats and the episode each streams.
+func sampleEpisodes(b *testing.B, e *e2e, n int) []partbuf.Episode {
+	rows, err := e.pool.Query(e.ctx, `SELECT id, history_version, generation_attempt FROM chats
+		WHERE status = 'running' AND worker_id IS NOT NULL ORDER BY id LIMIT $1`, n)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rows.Close()
+	var out []partbuf.Episode
+	for rows.Next() {
+		var ep partbuf.Episode
+		if err := rows.Scan(&ep.ChatID, &ep.HistoryVersion, &ep.GenerationAttempt); err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, ep)
+	}
+	return out
+}
+
+// bufferedSeqs reads, from the worker's PartsService, the seq of the last
+// part each episode holds: its first response is the buffered parts
+// coalesced, the last seq among them.
+func bufferedSeqs(b *testing.B, e *e2e, addr string, eps []partbuf.Episode) []int64 {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	out := make([]int64, len(eps))
+	for i, ep := range eps {
+		ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+		stream, err := chatdv1.NewPartsServiceClient(conn).StreamParts(ctx)
+		if err == nil {
+			err = stream.Send(&chatdv1.StreamPartsRequest{
+				ChatId: ep.ChatID.String(), HistoryVersion: ep.HistoryVersion, GenerationAttempt: ep.GenerationAttempt,
+			})
+		}
+		var resp *chatdv1.StreamPartsResponse
+		if err == nil {
+			resp, err = stream.Recv()
+		}
+		cancel()
+		if err != nil {
+			b.Fatalf("read the parts of episode %s: %v", ep, err)
+		}
+		if p := resp.GetPart(); p != nil {
+			out[i] = p.GetSeq()
+		} else {
+			out[i] = resp.GetEpisodeClosed().GetLastSeq()
+		}
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,19 +27,37 @@ func (m *Manager) Drain(ctx context.Context, machine *chatstate.Machine, timeout
 	m.waitTurns(ctx, timeout)
 	keys := m.Runners()
 	stop()
-	var released []Key
-	var errs []error
+	var (
+		mu       sync.Mutex // guards released and errs
+		released []Key
+		errs     []error
+		slots    = make(chan struct{}, drainParallel)
+		wg       sync.WaitGroup
+	)
 	for _, k := range keys {
-		ok, err := acquire.Abandon(ctx, machine, k.ChatID, m.cfg.WorkerID, k.RunnerID)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if ok {
-			released = append(released, k)
-		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			ok, err := acquire.Abandon(ctx, machine, k.ChatID, m.cfg.WorkerID, k.RunnerID)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if ok {
+				released = append(released, k)
+			}
+		})
 	}
+	wg.Wait()
 	return released, errors.Join(errs...)
 }
+
+// drainParallel is how many chats Drain abandons at once: each is a
+// transaction that mostly waits on Postgres, and a worker holding
+// thousands of chats should hand them over within its shutdown, not
+// after their leases.
+const drainParallel = 4
 
 // waitTurns returns once no registered runner owns a running chat, after
 // timeout, or when ctx ends.
