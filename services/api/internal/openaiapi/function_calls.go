@@ -25,7 +25,7 @@ import (
 // that turn, from the message of the results on, and its record commits
 // with them.
 func (h *Handler) continueTurn(ctx context.Context, c auth.Claims, chat *chatdv1.Chat, outputs []functionOutput, key *string,
-	opts turnwrite.Options, rec *record,
+	opts turnwrite.Options, rec *responseRecord,
 ) (queries.OpenaiResponse, error) {
 	if chat == nil {
 		return queries.OpenaiResponse{}, badRequest("previous_response_id",

@@ -76,7 +76,7 @@ func (h *Handler) startTurn(ctx context.Context, c auth.Claims, req *createReque
 	if err != nil {
 		return queries.OpenaiResponse{}, err
 	}
-	rec := &record{ins: queries.OpenAIResponseInsertParams{
+	rec := &responseRecord{ins: queries.OpenAIResponseInsertParams{
 		ID: uuid.New(), OrganizationID: c.OrganizationID, OwnerID: c.UserID,
 		Model: m.ID, Instructions: req.Instructions, Background: req.Background, Metadata: []byte("{}"),
 		ToolChoice: tools.choice, IdempotencyKey: key,
@@ -103,10 +103,10 @@ func (h *Handler) startTurn(ctx context.Context, c auth.Claims, req *createReque
 	return h.send(ctx, chat.GetId(), m, in.texts, key, opts, rec)
 }
 
-// record is a response's row: written in its turn's bundle (write), or,
+// responseRecord is a response's row: written in its turn's bundle (write), or,
 // for a request repeated with its Idempotency-Key, found (the repeat runs
 // no bundle).
-type record struct {
+type responseRecord struct {
 	ins     queries.OpenAIResponseInsertParams
 	row     queries.OpenaiResponse
 	written bool
@@ -114,7 +114,7 @@ type record struct {
 
 // write is the turnwrite.Options.Record of the response: the row's insert
 // with the turn's chat and message.
-func (r *record) write(ctx context.Context) func(turnwrite.Turn) func(*queries.Queries) error {
+func (r *responseRecord) write(ctx context.Context) func(turnwrite.Turn) func(*queries.Queries) error {
 	return func(t turnwrite.Turn) func(*queries.Queries) error {
 		r.ins.ChatID, r.ins.MessageID, r.ins.QueuedMessageID = t.ChatID, t.MessageID, t.QueuedMessageID
 		return func(q *queries.Queries) error {
@@ -180,7 +180,7 @@ func (h *Handler) continuedChat(ctx context.Context, c auth.Claims, req *createR
 
 // newChat creates the response's chat; its first user message starts the
 // turn.
-func (h *Handler) newChat(ctx context.Context, req *createRequest, m model, texts []string, key *string, opts turnwrite.Options, rec *record) (queries.OpenaiResponse, error) {
+func (h *Handler) newChat(ctx context.Context, req *createRequest, m model, texts []string, key *string, opts turnwrite.Options, rec *responseRecord) (queries.OpenaiResponse, error) {
 	created, err := h.Chats.CreateChatWith(ctx, &chatdv1.CreateChatRequest{
 		Content: textParts(texts), SystemPrompt: req.Instructions, ModelConfigId: &m.ModelConfigID, RequestId: key,
 		DynamicTools: opts.DynamicTools,
@@ -209,7 +209,7 @@ func (h *Handler) newChat(ctx context.Context, req *createRequest, m model, text
 
 // send adds the input to an existing chat: a new turn, or queued behind
 // the running one (the response is then queued).
-func (h *Handler) send(ctx context.Context, chatID string, m model, texts []string, key *string, opts turnwrite.Options, rec *record) (queries.OpenaiResponse, error) {
+func (h *Handler) send(ctx context.Context, chatID string, m model, texts []string, key *string, opts turnwrite.Options, rec *responseRecord) (queries.OpenaiResponse, error) {
 	sent, err := h.Chats.SendMessageWith(ctx, &chatdv1.SendMessageRequest{
 		ChatId: chatID, Content: textParts(texts), BusyBehavior: "queue", ModelConfigId: &m.ModelConfigID, RequestId: key,
 	}, opts)
